@@ -1,0 +1,59 @@
+# eventgate — one entry point for building, generating, testing and running.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := $(CURDIR)/bin
+TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway $(BIN)/protoc-gen-openapiv2
+BENCH_SCALE ?= full
+
+.PHONY: all build run test test-go lint generate check-generated tools chdb bench clean
+
+all: build
+
+## build: compile the gateway into bin/gateway
+build:
+	$(GO) build -o $(BIN)/gateway ./cmd/gateway
+
+## run: set up and run the gateway on its embedded defaults (gRPC :9090, HTTP :8080, data in ./data)
+run: chdb build
+	$(BIN)/gateway $(ARGS)
+
+## chdb: fetch the embedded ClickHouse engine (libchdb.so) if it is missing
+chdb:
+	@bash scripts/fetch-chdb.sh >/dev/null
+
+## tools: build the pinned code generators and buf from tools/go.mod (offline-capable)
+tools: $(TOOLS)
+$(TOOLS): tools/go.mod tools/go.sum
+	cd tools && GOBIN=$(BIN) $(GO) install tool
+	@touch $(TOOLS)
+
+## generate: regenerate gen/ from proto/
+generate: tools
+	$(BIN)/buf format -w
+	$(BIN)/buf generate
+
+## check-generated: fail when gen/ (or proto formatting) drifts from proto/
+check-generated: generate
+	@git diff --exit-code -- gen proto || (echo "gen/ or proto/ drifted: run 'make generate' and commit" >&2; exit 1)
+	@test -z "$$(git status --porcelain -- gen proto)" || (git status --porcelain -- gen proto; echo "untracked generated files: run 'make generate' and commit" >&2; exit 1)
+
+## lint: buf lint, buf breaking against main (when it exists), gofmt and go vet
+lint: tools
+	$(BIN)/buf lint
+	@# The API must not break against the previous commit (FILE rules).
+	@if git cat-file -e HEAD~1:buf.yaml 2>/dev/null; then $(BIN)/buf breaking --against '.git#ref=HEAD~1'; fi
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "not gofmt-formatted: $$out" >&2; exit 1)
+	$(GO) vet ./...
+
+## test: set up everything and pass the whole suite (what CI runs)
+test: chdb check-generated lint test-go
+
+test-go:
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+## bench: the benchmark suite (BENCH_SCALE=small for a quick run)
+bench: chdb
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./internal/gateway/
+
+clean:
+	rm -rf $(BIN) data

@@ -1,0 +1,500 @@
+// Package chdb binds the embedded ClickHouse engine (libchdb.so, "chDB") for
+// the eventgate gateway. The library is loaded at run time with dlopen, so
+// binaries build and run without it; only Open needs it. Fetch the pinned
+// build with scripts/fetch-chdb.sh (npm package @chdb/lib-linux-x64-gnu,
+// version Version).
+//
+// # Connections
+//
+// Open loads the library once per process and opens Options.PoolSize
+// connections to one data directory. The engine allows one storage path per
+// process, so a second Open with a different DataDir fails while any Engine
+// is open; Opens of the same directory share it. A connection runs one
+// statement at a time, so statements borrow a connection from a pool
+// (a buffered channel); a context cancelled while waiting for one returns
+// ctx.Err(). A statement, once started, runs to completion: the C API has no
+// cancellation for non-streaming queries.
+//
+// # Signal handlers
+//
+// chdb_connect installs process-wide handlers for SIGILL, SIGTRAP, SIGABRT,
+// SIGBUS, SIGFPE, SIGSEGV, SIGSYS and SIGRTMIN; with them in place a Go nil
+// dereference hangs instead of panicking. With the pinned library, calling
+// chdb_set_signal_handlers_enabled(0) around chdb_connect is not enough: it
+// leaves SIGILL…SIGSYS at SIG_DFL and SIGRTMIN with chDB's handler, so a nil
+// dereference then kills the process. Every connect therefore calls
+// chdb_set_signal_handlers_enabled(0) (when the symbol exists) before and
+// after chdb_connect and, in C, saves every catchable signal's sigaction
+// (1..SIGRTMAX) before the call and restores all of them after it.
+// TestNilDereferenceStillPanics proves the handlers are those installed
+// before Open and that a recovered nil dereference still panics normally
+// after Open and after queries. Queries do not reinstall handlers.
+//
+// # Query parameters
+//
+// Every user-supplied value must reach ClickHouse as a bound parameter, never
+// spliced into SQL text. The C API supports this directly:
+// chdb_query_with_params_n (chdb.h; exported by the pinned 26.5.3 library)
+// takes parallel arrays of parameter names and values with explicit byte
+// lengths. The engine binds them to {name:Type} placeholders exactly as the
+// server does for param_<name> over HTTP: the SQL text is parsed first and
+// the values are never part of it, so a value cannot change the statement.
+// Parameters are scoped to the one call (the library clears them on return),
+// so pooled connections carry no state between statements. This is safer
+// than the alternatives considered: `SET param_x = '…'` needs the value
+// quoted into SQL text and leaves state on the connection, and argv
+// --param_x= applies only at connect time.
+//
+// Values use ClickHouse's text ("escaped", TSV) representation, as over HTTP:
+// the engine reads them with deserializeTextEscaped, so a backslash starts an
+// escape sequence and a raw tab or newline is rejected. QueryParams passes
+// values through unchanged (so HTTP param_ values can be forwarded as is);
+// wrap raw Go strings with StringParam, which escapes \, tab, LF, CR and NUL.
+// The tests round-trip quotes, backslashes, newlines, "'; DROP TABLE x; --",
+// NUL bytes and invalid UTF-8 byte for byte and show the table survives.
+//
+// # Inserts
+//
+// Data inline in an INSERT is not binary-safe in chDB (it stops at the first
+// blank line, even with chdb_query_n), so InsertFile writes the payload to a
+// temporary file under DataDir/tmp and runs
+// `INSERT INTO {table:Identifier} (cols) SELECT * FROM file({path:String}, {format:String})`
+// with the table, path and format bound as parameters; the file is removed
+// afterwards. Never use DROP TABLE … SYNC with chDB: it does not return.
+package chdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Version is the pinned version of the npm package @chdb/lib-linux-x64-gnu
+// that provides libchdb.so (engine 26.5.1.1). Keep it in step with
+// scripts/fetch-chdb.sh.
+const Version = "26.5.3"
+
+// EnvLibPath names the environment variable that overrides DefaultLibPath.
+const EnvLibPath = "EVENTGATE_CHDB_LIB"
+
+// DefaultPoolSize is the number of connections Open creates when
+// Options.PoolSize is zero.
+const DefaultPoolSize = 4
+
+// ErrLibraryNotFound is returned (wrapped, with the path tried) by Open when
+// libchdb.so is not on disk.
+var ErrLibraryNotFound = errors.New("chDB library libchdb.so not found: run scripts/fetch-chdb.sh " +
+	"(or set " + EnvLibPath + " / --chdb-lib to an existing libchdb.so), " +
+	"or point --clickhouse-dsn at a ClickHouse server instead")
+
+// ErrClosed is returned by statements on an Engine that has been closed.
+var ErrClosed = errors.New("chdb: engine closed")
+
+// Error is an error reported by the engine for a statement.
+type Error struct {
+	// Code is the ClickHouse error code ("Code: 60. DB::Exception: …"), or
+	// 0 when the message carries none.
+	Code int
+	// Message is the engine's message, verbatim.
+	Message string
+}
+
+func (e *Error) Error() string { return "chdb: " + e.Message }
+
+var codeRe = regexp.MustCompile(`^\s*Code:\s*(\d+)\.`)
+
+func newError(msg string) *Error {
+	e := &Error{Message: strings.TrimRight(msg, "\n")}
+	if m := codeRe.FindStringSubmatch(msg); m != nil {
+		e.Code, _ = strconv.Atoi(m[1])
+	}
+	return e
+}
+
+// DefaultLibPath returns $EVENTGATE_CHDB_LIB if set, else
+// $HOME/.cache/eventgate/chdb/<Version>/libchdb.so.
+func DefaultLibPath() string {
+	if p := os.Getenv(EnvLibPath); p != "" {
+		return p
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "eventgate", "chdb", Version, "libchdb.so")
+}
+
+// Options configures Open.
+type Options struct {
+	// LibPath is the path of libchdb.so; empty means DefaultLibPath().
+	LibPath string
+	// DataDir is the engine's storage directory, created if missing. Empty
+	// means an in-memory engine (":memory:"); temporary insert files then go
+	// to a private directory under os.TempDir().
+	DataDir string
+	// PoolSize is the number of connections; 0 means DefaultPoolSize.
+	PoolSize int
+}
+
+// Result is the outcome of one statement.
+type Result struct {
+	// Data is the output in the requested format, copied into Go memory.
+	Data         []byte
+	RowsRead     uint64
+	BytesRead    uint64
+	RowsWritten  uint64
+	BytesWritten uint64
+	Elapsed      time.Duration
+}
+
+// Engine is an open chDB instance with a pool of connections. It is safe
+// for concurrent use.
+type Engine struct {
+	dataDir string // key in the process state; ":memory:" for in-memory
+	tmpDir  string
+	ownTmp  bool // tmpDir was created by Open and is removed by Close
+
+	pool chan *conn
+	size int
+
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+// process-wide state: the library is loaded once, and the engine allows one
+// storage path at a time.
+var proc struct {
+	mu      sync.Mutex
+	libPath string // set once the library is loaded
+	dataDir string // storage path of the open engines
+	engines int    // open engines
+}
+
+// Open loads the library (once per process) and opens opts.PoolSize
+// connections to opts.DataDir.
+func Open(opts Options) (*Engine, error) {
+	libPath := opts.LibPath
+	if libPath == "" {
+		libPath = DefaultLibPath()
+	}
+	size := opts.PoolSize
+	if size <= 0 {
+		size = DefaultPoolSize
+	}
+
+	dataDir := ":memory:"
+	if opts.DataDir != "" {
+		abs, err := filepath.Abs(opts.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("chdb: data dir: %w", err)
+		}
+		dataDir = abs
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("chdb: create data dir: %w", err)
+		}
+	}
+
+	proc.mu.Lock()
+	defer proc.mu.Unlock()
+
+	if err := loadLocked(libPath); err != nil {
+		return nil, err
+	}
+	if proc.engines > 0 && proc.dataDir != dataDir {
+		return nil, fmt.Errorf("chdb: this process already has an engine open on %q; "+
+			"the engine supports one storage path per process (asked for %q): share that Engine or Close it first",
+			proc.dataDir, dataDir)
+	}
+
+	e := &Engine{
+		dataDir: dataDir,
+		pool:    make(chan *conn, size),
+		size:    size,
+		done:    make(chan struct{}),
+	}
+	if dataDir == ":memory:" {
+		d, err := os.MkdirTemp("", "eventgate-chdb-")
+		if err != nil {
+			return nil, fmt.Errorf("chdb: temp dir: %w", err)
+		}
+		e.tmpDir, e.ownTmp = d, true
+	} else {
+		e.tmpDir = filepath.Join(dataDir, "tmp")
+		if err := os.MkdirAll(e.tmpDir, 0o755); err != nil {
+			return nil, fmt.Errorf("chdb: create temp dir: %w", err)
+		}
+	}
+
+	conns := make([]*conn, 0, size)
+	for i := 0; i < size; i++ {
+		c, err := connect(dataDir)
+		if err != nil {
+			for _, c := range conns {
+				c.close()
+			}
+			if e.ownTmp {
+				os.RemoveAll(e.tmpDir)
+			}
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		e.pool <- c
+	}
+	proc.dataDir = dataDir
+	proc.engines++
+	return e, nil
+}
+
+func loadLocked(libPath string) error {
+	abs, err := filepath.Abs(libPath)
+	if err != nil {
+		abs = libPath
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w (looked for %s)", ErrLibraryNotFound, abs)
+		}
+		return fmt.Errorf("chdb: %w", err)
+	}
+	if st.IsDir() {
+		return fmt.Errorf("%w (%s is a directory)", ErrLibraryNotFound, abs)
+	}
+	if proc.libPath != "" {
+		if proc.libPath != abs {
+			return fmt.Errorf("chdb: library already loaded from %q; cannot load %q in the same process", proc.libPath, abs)
+		}
+		return nil
+	}
+	if err := loadLibrary(abs); err != nil {
+		return fmt.Errorf("chdb: load %s: %w", abs, err)
+	}
+	proc.libPath = abs
+	return nil
+}
+
+// DataDir returns the engine's storage directory (":memory:" when in-memory).
+func (e *Engine) DataDir() string { return e.dataDir }
+
+// PoolSize returns the number of pooled connections.
+func (e *Engine) PoolSize() int { return e.size }
+
+func (e *Engine) acquire(ctx context.Context) (*conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.done:
+		return nil, ErrClosed
+	default:
+	}
+	select {
+	case c := <-e.pool:
+		select {
+		case <-e.done:
+			e.pool <- c
+			return nil, ErrClosed
+		default:
+		}
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-e.done:
+		return nil, ErrClosed
+	}
+}
+
+func (e *Engine) release(c *conn) { e.pool <- c }
+
+// Do runs one statement with the given parameters (nil for none) and output
+// format on a pooled connection and returns its output and statistics.
+// Parameter values use ClickHouse's escaped text form; see StringParam.
+func (e *Engine) Do(ctx context.Context, sql string, params map[string]string, format string) (*Result, error) {
+	if format == "" {
+		format = "TabSeparated"
+	}
+	for name := range params {
+		if !validParamName(name) {
+			return nil, fmt.Errorf("chdb: invalid query parameter name %q", name)
+		}
+	}
+	c, err := e.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer e.release(c)
+	return c.query(sql, format, params)
+}
+
+// Query runs one statement and returns its output in the given format
+// (e.g. "TabSeparated", "JSONEachRow", "Native"; empty means TabSeparated).
+// Engine errors are returned as *Error.
+func (e *Engine) Query(ctx context.Context, sql string, format string) ([]byte, error) {
+	r, err := e.Do(ctx, sql, nil, format)
+	if err != nil {
+		return nil, err
+	}
+	return r.Data, nil
+}
+
+// QueryParams runs one statement whose {name:Type} placeholders are bound to
+// params server-side (see the package documentation). Values are in
+// ClickHouse's escaped text form, as for param_<name> over HTTP: use
+// StringParam for a raw string.
+func (e *Engine) QueryParams(ctx context.Context, sql string, params map[string]string, format string) ([]byte, error) {
+	r, err := e.Do(ctx, sql, params, format)
+	if err != nil {
+		return nil, err
+	}
+	return r.Data, nil
+}
+
+// Exec runs one statement and discards its output.
+func (e *Engine) Exec(ctx context.Context, sql string) error {
+	_, err := e.Do(ctx, sql, nil, "")
+	return err
+}
+
+// ExecParams runs one statement with bound parameters and discards its output.
+func (e *Engine) ExecParams(ctx context.Context, sql string, params map[string]string) error {
+	_, err := e.Do(ctx, sql, params, "")
+	return err
+}
+
+// InsertFile inserts data, encoded in format (e.g. "Native", "RowBinary",
+// "JSONEachRow"), into table, binary-safely: the data goes through a
+// temporary file under DataDir/tmp read with the file() table function.
+// table is a table name or db.table (split at the first dot, so a table
+// whose own name holds a dot cannot be used here); both parts are bound as
+// Identifier parameters. columns may be nil for all columns, in table order. For formats without a schema (RowBinary, TabSeparated, …) the
+// structure is taken from the insertion table.
+func (e *Engine) InsertFile(ctx context.Context, table string, columns []string, format string, data []byte) error {
+	_, err := e.InsertFileResult(ctx, table, columns, format, data)
+	return err
+}
+
+// InsertFileResult is InsertFile that also returns the statement's statistics.
+func (e *Engine) InsertFileResult(ctx context.Context, table string, columns []string, format string, data []byte) (*Result, error) {
+	if table == "" {
+		return nil, errors.New("chdb: InsertFile: empty table name")
+	}
+	if format == "" {
+		return nil, errors.New("chdb: InsertFile: empty format")
+	}
+	params := map[string]string{}
+	var sb strings.Builder
+	sb.WriteString("INSERT INTO ")
+	if db, tbl, ok := strings.Cut(table, "."); ok {
+		// An Identifier parameter names one identifier: "a.b" would be the
+		// table `a.b`, so bind the database and the table separately.
+		sb.WriteString("{eg_db:Identifier}.{eg_table:Identifier}")
+		params["eg_db"], params["eg_table"] = StringParam(db), StringParam(tbl)
+	} else {
+		sb.WriteString("{eg_table:Identifier}")
+		params["eg_table"] = StringParam(table)
+	}
+	if len(columns) > 0 {
+		sb.WriteString(" (")
+		for i, col := range columns {
+			if i > 0 {
+				sb.WriteString(", ")
+			}
+			q, err := QuoteIdentifier(col)
+			if err != nil {
+				return nil, err
+			}
+			sb.WriteString(q)
+		}
+		sb.WriteString(")")
+	}
+	sb.WriteString(" SELECT * FROM file({eg_path:String}, {eg_format:String})")
+	// Each file is read once: keep its schema out of the inference cache.
+	sb.WriteString(" SETTINGS schema_inference_use_cache_for_file = 0")
+
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(e.tmpDir, "eventgate-insert-*.bin")
+	if err != nil {
+		return nil, fmt.Errorf("chdb: InsertFile: %w", err)
+	}
+	path := f.Name()
+	defer os.Remove(path)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("chdb: InsertFile: write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("chdb: InsertFile: close %s: %w", path, err)
+	}
+	params["eg_path"], params["eg_format"] = StringParam(path), StringParam(format)
+	return e.Do(ctx, sb.String(), params, "")
+}
+
+// Close closes every connection, waiting for statements in flight. Close
+// every Engine before the process exits (closing can take a few hundred
+// milliseconds after heavy work). It is safe to call more than once.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		close(e.done)
+		for i := 0; i < e.size; i++ {
+			c := <-e.pool
+			c.close()
+		}
+		if e.ownTmp {
+			os.RemoveAll(e.tmpDir)
+		}
+		proc.mu.Lock()
+		proc.engines--
+		proc.mu.Unlock()
+	})
+	return nil
+}
+
+// StringParam encodes a raw string as a query-parameter value: ClickHouse
+// reads parameter values as escaped (TSV) text, so backslash, tab, newline,
+// carriage return and NUL are escaped. Any byte sequence, including invalid
+// UTF-8, round-trips exactly through a {name:String} placeholder.
+func StringParam(s string) string { return paramEscaper.Replace(s) }
+
+var paramEscaper = strings.NewReplacer(
+	`\`, `\\`,
+	"\t", `\t`,
+	"\n", `\n`,
+	"\r", `\r`,
+	"\x00", `\0`,
+)
+
+// QuoteIdentifier quotes name as one ClickHouse identifier (`name`),
+// escaping backslashes and backquotes. It rejects empty names and NUL bytes.
+func QuoteIdentifier(name string) (string, error) {
+	if name == "" || strings.IndexByte(name, 0) >= 0 {
+		return "", fmt.Errorf("chdb: invalid identifier %q", name)
+	}
+	return "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`").Replace(name) + "`", nil
+}
+
+func validParamName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		ch := name[i]
+		switch {
+		case ch == '_', ch >= 'a' && ch <= 'z', ch >= 'A' && ch <= 'Z':
+		case ch >= '0' && ch <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,225 @@
+// Package config is the gateway's typed configuration: defaults, overridden
+// by an optional YAML file, then by EVENTGATE_* environment variables, then
+// by command-line flags.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/jetstream"
+)
+
+// EnvPrefix prefixes every environment variable the gateway reads.
+const EnvPrefix = "EVENTGATE_"
+
+// Config is everything the gateway can be told.
+type Config struct {
+	// GRPCAddr is the gRPC listen address.
+	GRPCAddr string `yaml:"grpcAddr"`
+	// HTTPAddr is the REST, health and metrics listen address.
+	HTTPAddr string `yaml:"httpAddr"`
+	// DataDir holds the embedded engines' data.
+	DataDir string `yaml:"dataDir"`
+	// NATS says where JetStream is and how the stream is kept.
+	NATS jetstream.Config `yaml:"nats"`
+	// Events bounds what an event may carry.
+	Events event.Limits `yaml:"events"`
+	// MaxBatch bounds the events of one Emit call or EmitStream batch.
+	MaxBatch int `yaml:"maxBatch"`
+	// MaxRequestBytes bounds a request's size; larger ones are refused before decoding.
+	MaxRequestBytes int `yaml:"maxRequestBytes"`
+	// WatchBuffer bounds the events queued for one watcher before it is ended as too slow.
+	WatchBuffer int `yaml:"watchBuffer"`
+	// ShutdownTimeout bounds a graceful shutdown.
+	ShutdownTimeout time.Duration `yaml:"shutdownTimeout"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `yaml:"logLevel"`
+	// LogFormat is text or json.
+	LogFormat string `yaml:"logFormat"`
+	// OTLPEndpoint, when set, exports traces over OTLP/gRPC to it (host:port).
+	OTLPEndpoint string `yaml:"otlpEndpoint"`
+}
+
+// Default returns the embedded defaults.
+func Default() Config {
+	return Config{
+		GRPCAddr:        ":9090",
+		HTTPAddr:        ":8080",
+		DataDir:         "./data",
+		NATS:            jetstream.DefaultConfig(),
+		Events:          event.DefaultLimits(),
+		MaxBatch:        1000,
+		MaxRequestBytes: 4 << 20,
+		WatchBuffer:     4096,
+		ShutdownTimeout: 15 * time.Second,
+		LogLevel:        "info",
+		LogFormat:       "text",
+	}
+}
+
+// Validate checks a configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if c.GRPCAddr == "" || c.HTTPAddr == "" {
+		errs = append(errs, errors.New("grpc-addr and http-addr are required"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data-dir is required"))
+	}
+	if c.NATS.Stream == "" || strings.ContainsAny(c.NATS.Stream, ".*> \t") {
+		errs = append(errs, fmt.Errorf("stream name %q is not a valid JetStream stream name", c.NATS.Stream))
+	}
+	if c.NATS.Replicas < 1 || c.NATS.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("stream-replicas must be 1..5, got %d", c.NATS.Replicas))
+	}
+	if err := c.Events.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxBatch < 1 {
+		errs = append(errs, fmt.Errorf("max-batch must be positive, got %d", c.MaxBatch))
+	}
+	if c.MaxRequestBytes < 1<<10 {
+		errs = append(errs, fmt.Errorf("max-request-bytes must be at least 1024, got %d", c.MaxRequestBytes))
+	}
+	if c.WatchBuffer < 1 {
+		errs = append(errs, fmt.Errorf("watch-buffer must be positive, got %d", c.WatchBuffer))
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log-format must be text or json, got %q", c.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+type listValue struct{ p *[]string }
+
+func (l listValue) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l listValue) Set(s string) error {
+	*l.p = nil
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l.p = append(*l.p, v)
+		}
+	}
+	return nil
+}
+
+// flags binds every setting of c to a flag.
+func flags(c *Config, configPath *string) *flag.FlagSet {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.StringVar(configPath, "config", "", "optional YAML configuration file")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "REST, health and metrics listen address")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the embedded engines' data")
+	fs.StringVar(&c.NATS.URL, "nats-url", c.NATS.URL, "external NATS server or cluster URL(s); empty starts an embedded server")
+	fs.StringVar(&c.NATS.CredsFile, "nats-creds", c.NATS.CredsFile, "NATS credentials file for --nats-url")
+	fs.StringVar(&c.NATS.Listen, "nats-listen", c.NATS.Listen, "also accept NATS clients on this host:port (embedded server only)")
+	fs.StringVar(&c.NATS.Stream, "stream", c.NATS.Stream, "JetStream stream name")
+	fs.DurationVar(&c.NATS.MaxAge, "stream-max-age", c.NATS.MaxAge, "how long the stream keeps events (0: forever)")
+	fs.Int64Var(&c.NATS.MaxBytes, "stream-max-bytes", c.NATS.MaxBytes, "stream size limit in bytes (-1: unbounded)")
+	fs.DurationVar(&c.NATS.Duplicates, "stream-duplicates", c.NATS.Duplicates, "window in which a retried idempotency key is not stored twice")
+	fs.IntVar(&c.NATS.Replicas, "stream-replicas", c.NATS.Replicas, "stream replicas (3 in a NATS cluster)")
+	fs.IntVar(&c.Events.MaxNoteBytes, "max-note-bytes", c.Events.MaxNoteBytes, "largest note accepted (up to 65536)")
+	fs.Var(listValue{&c.Events.Types}, "event-types", "comma-separated event types accepted")
+	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "most events in one Emit call or EmitStream batch")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest request accepted, in bytes")
+	fs.IntVar(&c.WatchBuffer, "watch-buffer", c.WatchBuffer, "events queued per watcher before it is ended as too slow")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on graceful shutdown")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
+	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "export traces over OTLP/gRPC to this host:port")
+	return fs
+}
+
+// EnvName is the environment variable of a flag: --nats-url is EVENTGATE_NATS_URL.
+func EnvName(flagName string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Load builds the configuration from args (without the program name) and the
+// environment lookup getenv (os.LookupEnv in production, a map in tests).
+func Load(args []string, getenv func(string) (string, bool)) (Config, error) {
+	// First pass: which flags were given, and where the file is.
+	var scratch Config
+	var configPath string
+	probe := flags(&scratch, &configPath)
+	probe.SetOutput(io.Discard)
+	if err := probe.Parse(args); err != nil {
+		return Config{}, fmt.Errorf("flags: %w", err)
+	}
+	if probe.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments: %v", probe.Args())
+	}
+	given := map[string]string{}
+	probe.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
+	if configPath == "" {
+		configPath, _ = getenv(EnvName("config"))
+	}
+
+	cfg := Default()
+	if configPath != "" {
+		b, err := os.ReadFile(configPath)
+		if err != nil {
+			return Config{}, fmt.Errorf("config file: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return Config{}, fmt.Errorf("config file %s: %w", configPath, err)
+		}
+	}
+	var ignored string
+	fs := flags(&cfg, &ignored)
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "config" {
+			return
+		}
+		if v, ok := getenv(EnvName(f.Name)); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", EnvName(f.Name), err))
+			}
+		}
+	})
+	for name, v := range given {
+		if name != "config" {
+			if err := fs.Set(name, v); err != nil {
+				errs = append(errs, fmt.Errorf("--%s: %w", name, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// Usage writes the flag documentation to w.
+func Usage(w io.Writer) {
+	var c Config = Default()
+	var p string
+	fs := flags(&c, &p)
+	fs.SetOutput(w)
+	fmt.Fprintf(w, "Usage: gateway [flags]\n\nEvery flag can also be set as %s<FLAG> (e.g. %s) or in the --config YAML file.\n\n", EnvPrefix, EnvName("nats-url"))
+	fs.PrintDefaults()
+}

@@ -1,0 +1,68 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestLoadPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(file, []byte("grpcAddr: \":7000\"\nhttpAddr: \":7001\"\nnats:\n  stream: FROMFILE\n  maxAge: 1h\nevents:\n  maxNoteBytes: 2048\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load([]string{"--config", file, "--http-addr", ":7003"}, env(map[string]string{
+		"EVENTGATE_GRPC_ADDR":   ":7002",
+		"EVENTGATE_HTTP_ADDR":   ":9999",
+		"EVENTGATE_EVENT_TYPES": "Normal,Warning,Error",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.GRPCAddr = ":7002" // env over file
+	want.HTTPAddr = ":7003" // flag over env
+	want.NATS.Stream = "FROMFILE"
+	want.NATS.MaxAge = time.Hour
+	want.Events.MaxNoteBytes = 2048
+	want.Events.Types = []string{"Normal", "Warning", "Error"}
+	if diff := cmp.Diff(want, cfg); diff != "" {
+		t.Fatalf("config mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("grpcAdr: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+	}{
+		{"unknown flag", []string{"--nope"}, nil},
+		{"unknown file key", []string{"--config", bad}, nil},
+		{"missing file", []string{"--config", filepath.Join(dir, "absent.yaml")}, nil},
+		{"bad env duration", nil, map[string]string{"EVENTGATE_STREAM_MAX_AGE": "soon"}},
+		{"note too large", []string{"--max-note-bytes", "70000"}, nil},
+		{"bad stream name", []string{"--stream", "a.b"}, nil},
+		{"stray argument", []string{"serve"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Load(tt.args, env(tt.env)); err == nil {
+				t.Fatal("Load succeeded, want error")
+			}
+		})
+	}
+}

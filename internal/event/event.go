@@ -1,0 +1,340 @@
+// Package event validates events, fills the fields the server owns, and
+// encodes them for the stream.
+package event
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/subject"
+)
+
+// Tenant types. The model is flat: no type implies another.
+const (
+	TenantGlobal       = "global"
+	TenantOrganization = "organization"
+	TenantProject      = "project"
+	TenantUser         = "user"
+)
+
+// TenantTypes lists the valid tenant types.
+var TenantTypes = []string{TenantGlobal, TenantOrganization, TenantProject, TenantUser}
+
+// Event types of Kubernetes.
+const (
+	TypeNormal  = "Normal"
+	TypeWarning = "Warning"
+)
+
+// Series states.
+const (
+	SeriesOngoing  = "Ongoing"
+	SeriesFinished = "Finished"
+)
+
+// Limits bound what an event may carry.
+type Limits struct {
+	// MaxNoteBytes bounds note (default 1 KiB, at most 64 KiB).
+	MaxNoteBytes int `yaml:"maxNoteBytes"`
+	// Types are the accepted event types (default Normal, Warning).
+	Types []string `yaml:"types"`
+}
+
+// MaxNoteLimit is the largest note limit that may be configured.
+const MaxNoteLimit = 64 << 10
+
+// DefaultLimits returns the Kubernetes-like defaults.
+func DefaultLimits() Limits {
+	return Limits{MaxNoteBytes: 1 << 10, Types: []string{TypeNormal, TypeWarning}}
+}
+
+// Validate checks the limits themselves.
+func (l Limits) Validate() error {
+	if l.MaxNoteBytes < 1 || l.MaxNoteBytes > MaxNoteLimit {
+		return fmt.Errorf("max note bytes must be in 1..%d, got %d", MaxNoteLimit, l.MaxNoteBytes)
+	}
+	if len(l.Types) == 0 {
+		return fmt.Errorf("at least one event type must be accepted")
+	}
+	return nil
+}
+
+// Field length limits, from the Kubernetes events validation.
+const (
+	maxShortField = 128 // reason, action, reportingController, reportingInstance
+	maxNameField  = 253 // names, namespaces, kinds, api versions, tenant names
+	maxMapKey     = 317 // a qualified key: 253-byte prefix, '/', 63-byte name
+	maxMapValue   = 4096
+	maxMapEntries = 64
+)
+
+// Violation names one invalid field.
+type Violation struct {
+	Field       string
+	Description string
+}
+
+// Normalizer fills the server's fields and validates events.
+type Normalizer struct {
+	Limits Limits
+	// Now returns the current time; time.Now when nil.
+	Now func() time.Time
+}
+
+// uidNamespace scopes deterministic uids derived from idempotency keys.
+var uidNamespace = uuid.MustParse("8b7c2f0e-5d3a-4c1e-9f6b-2a1d0e4c7b59")
+
+// Normalize validates ev in place and fills what the server owns: tenant
+// (from def, else global), namespace (from regarding), type (Normal), eventTime
+// (now, microseconds), uid (derived from idemKey when given, else random) and
+// name. field is the path prefix used in violations, e.g. "events[3]".
+func (n Normalizer) Normalize(ev *eventgatev1.Event, def *eventgatev1.Tenant, idemKey string, field string) []Violation {
+	var vs []Violation
+	bad := func(f, format string, args ...any) {
+		vs = append(vs, Violation{Field: field + "." + f, Description: fmt.Sprintf(format, args...)})
+	}
+	now := time.Now
+	if n.Now != nil {
+		now = n.Now
+	}
+
+	if ev.Tenant == nil || (ev.Tenant.Type == "" && ev.Tenant.Name == "") {
+		if def != nil && (def.Type != "" || def.Name != "") {
+			ev.Tenant = proto.Clone(def).(*eventgatev1.Tenant)
+		} else {
+			ev.Tenant = &eventgatev1.Tenant{Type: TenantGlobal}
+		}
+	}
+	for _, v := range ValidateTenant(ev.Tenant) {
+		bad("tenant."+v.Field, "%s", v.Description)
+	}
+
+	if ev.Regarding == nil {
+		bad("regarding", "is required")
+	} else {
+		checkRef(ev.Regarding, "regarding", true, bad)
+	}
+	if ev.Related != nil {
+		checkRef(ev.Related, "related", false, bad)
+	}
+	if ev.Namespace == "" && ev.Regarding != nil {
+		ev.Namespace = ev.Regarding.Namespace
+	}
+	checkString(ev.Namespace, "namespace", maxNameField, bad)
+
+	if ev.Reason == "" {
+		bad("reason", "is required")
+	}
+	checkString(ev.Reason, "reason", maxShortField, bad)
+	checkString(ev.Action, "action", maxShortField, bad)
+	checkString(ev.ReportingController, "reportingController", maxShortField, bad)
+	checkString(ev.ReportingInstance, "reportingInstance", maxShortField, bad)
+	if len(ev.Note) > n.Limits.MaxNoteBytes {
+		bad("note", "must be at most %d bytes, got %d", n.Limits.MaxNoteBytes, len(ev.Note))
+	}
+
+	if ev.Type == "" {
+		ev.Type = TypeNormal
+	}
+	if !slices.Contains(n.Limits.Types, ev.Type) {
+		bad("type", "must be one of %s, got %q", strings.Join(n.Limits.Types, ", "), ev.Type)
+	}
+
+	if ev.EventTime == nil {
+		ev.EventTime = timestamppb.New(now())
+	} else if err := ev.EventTime.CheckValid(); err != nil {
+		bad("eventTime", "is not a valid time: %v", err)
+	}
+	if ev.EventTime.IsValid() {
+		ev.EventTime.Nanos -= ev.EventTime.Nanos % 1000 // Kubernetes MicroTime
+	}
+
+	if s := ev.Series; s != nil {
+		if s.Count < 1 {
+			bad("series.count", "must be at least 1, got %d", s.Count)
+		}
+		if s.State != "" && s.State != SeriesOngoing && s.State != SeriesFinished {
+			bad("series.state", "must be %q or %q, got %q", SeriesOngoing, SeriesFinished, s.State)
+		}
+		if s.LastObservedTime != nil {
+			if err := s.LastObservedTime.CheckValid(); err != nil {
+				bad("series.lastObservedTime", "is not a valid time: %v", err)
+			} else {
+				s.LastObservedTime.Nanos -= s.LastObservedTime.Nanos % 1000
+			}
+		}
+	}
+
+	checkMap(ev.Labels, "labels", bad)
+	checkMap(ev.Annotations, "annotations", bad)
+	checkMap(ev.Metadata, "metadata", bad)
+
+	if ev.Uid == "" {
+		if idemKey != "" {
+			ev.Uid = uuid.NewSHA1(uidNamespace, []byte(ev.Tenant.GetType()+"\x00"+ev.Tenant.GetName()+"\x00"+idemKey+"\x00"+field)).String()
+		} else {
+			ev.Uid = uuid.Must(uuid.NewV7()).String()
+		}
+	}
+	checkString(ev.Uid, "uid", maxShortField, bad)
+	if ev.Name == "" && ev.Regarding != nil {
+		suffix := strings.ReplaceAll(ev.Uid, "-", "")
+		if len(suffix) > 16 {
+			suffix = suffix[:16]
+		}
+		ev.Name = ev.Regarding.Name + "." + suffix
+	}
+	checkString(ev.Name, "name", maxNameField+17, bad)
+	ev.ResourceVersion = ""
+
+	if len(vs) == 0 {
+		if s := SubjectOf(ev); len(s) > MaxSubjectBytes {
+			bad("regarding", "tenant, kind, namespace and name together encode to a %d-byte subject, more than %d", len(s), MaxSubjectBytes)
+		}
+	}
+	return vs
+}
+
+// MaxSubjectBytes bounds an event subject, well below NATS' control-line limit.
+const MaxSubjectBytes = 1024
+
+// ValidateTenant checks a tenant; field names are relative to the tenant.
+func ValidateTenant(t *eventgatev1.Tenant) []Violation {
+	var vs []Violation
+	if !slices.Contains(TenantTypes, t.GetType()) {
+		vs = append(vs, Violation{"type", fmt.Sprintf("must be one of %s, got %q", strings.Join(TenantTypes, ", "), t.GetType())})
+	}
+	switch {
+	case t.GetType() == TenantGlobal:
+		if t.GetName() == subject.Empty {
+			t.Name = "" // the design's placeholder for the global tenant
+		}
+		if t.GetName() != "" {
+			vs = append(vs, Violation{"name", fmt.Sprintf("must be empty for the global tenant, got %q", t.GetName())})
+		}
+	case t.GetName() == "":
+		vs = append(vs, Violation{"name", "is required"})
+	case len(t.GetName()) > maxNameField:
+		vs = append(vs, Violation{"name", fmt.Sprintf("must be at most %d bytes", maxNameField)})
+	case !printable(t.GetName()):
+		vs = append(vs, Violation{"name", "must be printable text"})
+	}
+	return vs
+}
+
+func checkRef(r *eventgatev1.ObjectReference, f string, required bool, bad func(string, string, ...any)) {
+	if required && r.Kind == "" {
+		bad(f+".kind", "is required")
+	}
+	if required && r.Name == "" {
+		bad(f+".name", "is required")
+	}
+	checkString(r.ApiVersion, f+".apiVersion", maxNameField, bad)
+	checkString(r.Kind, f+".kind", maxNameField, bad)
+	checkString(r.Namespace, f+".namespace", maxNameField, bad)
+	checkString(r.Name, f+".name", maxNameField, bad)
+	checkString(r.Uid, f+".uid", maxShortField, bad)
+	checkString(r.FieldPath, f+".fieldPath", maxNameField, bad)
+	checkString(r.ResourceVersion, f+".resourceVersion", maxShortField, bad)
+}
+
+func checkString(s, f string, max int, bad func(string, string, ...any)) {
+	switch {
+	case len(s) > max:
+		bad(f, "must be at most %d bytes, got %d", max, len(s))
+	case !printable(s):
+		bad(f, "must be printable text without control characters")
+	}
+}
+
+func checkMap(m map[string]string, f string, bad func(string, string, ...any)) {
+	if len(m) > maxMapEntries {
+		bad(f, "must have at most %d entries, got %d", maxMapEntries, len(m))
+		return
+	}
+	for k, v := range m {
+		switch {
+		case k == "":
+			bad(f, "keys must not be empty")
+		case len(k) > maxMapKey || !printable(k):
+			bad(f+"["+truncate(k)+"]", "key must be printable and at most %d bytes", maxMapKey)
+		case len(v) > maxMapValue:
+			bad(f+"["+truncate(k)+"]", "value must be at most %d bytes, got %d", maxMapValue, len(v))
+		}
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// KeyOf returns the subject key of a normalized event.
+func KeyOf(ev *eventgatev1.Event) subject.Key {
+	return subject.Key{
+		TenantType: ev.GetTenant().GetType(),
+		TenantName: ev.GetTenant().GetName(),
+		Group:      subject.GroupFromAPIVersion(ev.GetRegarding().GetApiVersion()),
+		Kind:       ev.GetRegarding().GetKind(),
+		Namespace:  ev.GetNamespace(),
+		Name:       ev.GetRegarding().GetName(),
+	}
+}
+
+// SubjectOf returns the stream subject of a normalized event.
+func SubjectOf(ev *eventgatev1.Event) string { return KeyOf(ev).Subject() }
+
+// MsgID returns the JetStream message id that makes a retry idempotent, or ""
+// when the caller gave neither an idempotency key nor a uid. It is scoped to
+// the tenant so that one tenant's ids never collide with another's.
+func MsgID(ev *eventgatev1.Event, callerUID bool, idemKey string) string {
+	if idemKey == "" && !callerUID {
+		return ""
+	}
+	return ev.GetTenant().GetType() + "/" + ev.GetTenant().GetName() + "/" + ev.GetUid()
+}
+
+// Marshal encodes an event for the stream. The resourceVersion is not stored:
+// it is the stream sequence.
+func Marshal(ev *eventgatev1.Event) ([]byte, error) {
+	rv := ev.ResourceVersion
+	ev.ResourceVersion = ""
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(ev)
+	ev.ResourceVersion = rv
+	if err != nil {
+		return nil, fmt.Errorf("marshal event: %w", err)
+	}
+	return b, nil
+}
+
+// Unmarshal decodes an event from the stream.
+func Unmarshal(b []byte) (*eventgatev1.Event, error) {
+	ev := &eventgatev1.Event{}
+	if err := proto.Unmarshal(b, ev); err != nil {
+		return nil, fmt.Errorf("unmarshal event: %w", err)
+	}
+	return ev, nil
+}

@@ -1,0 +1,344 @@
+// Package gateway assembles eventgate: it builds every dependency in one
+// place, serves gRPC and REST on the listeners it is given, and shuts down
+// gracefully within a bound.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/event"
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/service"
+	"github.com/eventgate/eventgate/internal/telemetry"
+)
+
+// Version is the gateway's version, set at build time.
+var Version = "dev"
+
+// Option adjusts how a gateway is built (tests use them).
+type Option func(*options)
+
+type options struct {
+	tracerProvider trace.TracerProvider
+}
+
+// WithTracerProvider makes the gateway trace with tp instead of its own.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracerProvider = tp }
+}
+
+// Gateway is a running eventgate.
+type Gateway struct {
+	cfg      config.Config
+	log      *slog.Logger
+	registry *prometheus.Registry
+
+	ns  *server.Server // embedded NATS, nil with an external one
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	hub *ejs.Hub
+
+	tp       trace.TracerProvider
+	shutdown []func(context.Context) error // run in reverse order
+
+	grpc    *grpc.Server
+	health  *health.Server
+	inproc  *bufconn.Listener
+	proxy   *grpc.ClientConn
+	httpSrv *http.Server
+	ready   *readiness
+
+	closeOnce sync.Once
+}
+
+// New builds a gateway: it starts or connects to NATS, ensures the stream,
+// starts the watch feed and prepares the servers. Close releases what New
+// acquired when Serve is not called.
+func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Option) (g *Gateway, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	g = &Gateway{cfg: cfg, log: log, registry: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
+	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	if o.tracerProvider != nil {
+		g.tp = o.tracerProvider
+	} else {
+		tp, err := telemetry.NewTracerProvider(ctx, cfg.OTLPEndpoint, Version)
+		if err != nil {
+			return nil, err
+		}
+		g.tp = tp
+		g.shutdown = append(g.shutdown, tp.Shutdown)
+	}
+
+	if cfg.NATS.URL == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		dir, _ := filepath.Abs(cfg.DataDir)
+		g.ns, err = ejs.Embedded(dir, cfg.NATS.Listen)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("embedded NATS JetStream started", "store", filepath.Join(dir, "jetstream"), "listen", cfg.NATS.Listen)
+	}
+	g.nc, err = ejs.Connect(cfg.NATS, g.ns, "eventgate-gateway")
+	if err != nil {
+		return nil, err
+	}
+	g.js, err = ejs.NewJetStream(g.nc)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := ejs.EnsureStream(sctx, g.js, cfg.NATS); err != nil {
+		return nil, err
+	}
+	g.hub, err = ejs.StartHub(sctx, g.js, cfg.NATS.Stream, log, ejs.NewHubMetrics(g.registry))
+	if err != nil {
+		return nil, err
+	}
+
+	events := service.NewEvents(service.EventsConfig{
+		Normalizer:  event.Normalizer{Limits: cfg.Events},
+		MaxBatch:    cfg.MaxBatch,
+		WatchBuffer: cfg.WatchBuffer,
+	}, ejs.NewPublisher(g.js, cfg.NATS.Stream), g.hub, log, g.tp, service.NewMetrics(g.registry))
+
+	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	g.registry.MustRegister(grpcMetrics)
+	panicHandler := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		log.Error("panic in handler", "panic", p)
+		return status.Error(codes.Internal, "internal error")
+	})
+	g.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(g.tp), otelgrpc.WithPropagators(telemetry.Propagator))),
+		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(panicHandler)),
+		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(panicHandler)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	eventgatev1.RegisterEventServiceServer(g.grpc, events)
+	g.health = health.NewServer()
+	healthpb.RegisterHealthServer(g.grpc, g.health)
+	reflection.Register(g.grpc)
+	grpcMetrics.InitializeMetrics(g.grpc)
+
+	g.ready = newReadiness(map[string]func(context.Context) error{
+		"jetstream": func(ctx context.Context) error {
+			_, err := g.js.Stream(ctx, cfg.NATS.Stream)
+			return err
+		},
+	})
+
+	// The REST gateway is a client of the gRPC server over an in-memory
+	// connection, so every interceptor runs for REST too and streams work.
+	g.inproc = bufconn.Listen(1 << 20)
+	g.proxy, err = grpc.NewClient("passthrough:///eventgate-inproc",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return g.inproc.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(g.tp), otelgrpc.WithPropagators(telemetry.Propagator))),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxRequestBytes), grpc.MaxCallRecvMsgSize(64<<20)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("rest proxy connection: %w", err)
+	}
+	handler, err := newHTTPHandler(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	g.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	return g, nil
+}
+
+// Serve serves gRPC on grpcLis and HTTP on httpLis until ctx ends, then
+// shuts down gracefully within the configured bound.
+func (g *Gateway) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
+	g.log.Info("eventgate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "version", Version)
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return g.grpc.Serve(grpcLis) })
+	eg.Go(func() error { return g.grpc.Serve(g.inproc) })
+	eg.Go(func() error {
+		if err := g.httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	eg.Go(func() error { g.watchHealth(ectx); return nil })
+	eg.Go(func() error {
+		<-ectx.Done()
+		g.stop()
+		return nil
+	})
+	err := eg.Wait()
+	g.Close()
+	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// stop drains the servers: watches end first (their clients reconnect
+// elsewhere), then in-flight requests finish, bounded by ShutdownTimeout.
+func (g *Gateway) stop() {
+	g.log.Info("shutting down", "timeout", g.cfg.ShutdownTimeout)
+	g.health.Shutdown()
+	g.hub.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
+	defer cancel()
+	_ = g.httpSrv.Shutdown(ctx)
+	done := make(chan struct{})
+	go func() { g.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		g.log.Warn("graceful stop timed out; closing connections")
+		g.grpc.Stop()
+	}
+}
+
+// Close releases everything New acquired. It is safe to call more than once.
+func (g *Gateway) Close() {
+	g.closeOnce.Do(func() {
+		if g.hub != nil {
+			g.hub.Stop()
+		}
+		if g.proxy != nil {
+			_ = g.proxy.Close()
+		}
+		if g.nc != nil {
+			_ = g.nc.Drain()
+			waitClosed(g.nc, 5*time.Second)
+		}
+		if g.ns != nil {
+			g.ns.Shutdown()
+			g.ns.WaitForShutdown()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for i := len(g.shutdown) - 1; i >= 0; i-- {
+			_ = g.shutdown[i](ctx)
+		}
+	})
+}
+
+func waitClosed(nc *nats.Conn, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for !nc.IsClosed() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// watchHealth keeps the gRPC health service in step with readiness.
+func (g *Gateway) watchHealth(ctx context.Context) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		st := healthpb.HealthCheckResponse_SERVING
+		if _, ok := g.ready.check(ctx); !ok {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		g.health.SetServingStatus("", st)
+		g.health.SetServingStatus(eventgatev1.EventService_ServiceDesc.ServiceName, st)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Run opens the configured listeners and serves until ctx ends.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("grpc listener: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("http listener: %w", err)
+	}
+	g, err := New(ctx, cfg, log)
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	return g.Serve(ctx, grpcLis, httpLis)
+}
+
+// readiness runs named checks, caching the answer briefly.
+type readiness struct {
+	checks map[string]func(context.Context) error
+	mu     sync.Mutex
+	at     time.Time
+	last   map[string]string
+	ok     bool
+}
+
+func newReadiness(checks map[string]func(context.Context) error) *readiness {
+	return &readiness{checks: checks}
+}
+
+func (r *readiness) check(ctx context.Context) (map[string]string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Since(r.at) < time.Second && r.last != nil {
+		return r.last, r.ok
+	}
+	res := make(map[string]string, len(r.checks))
+	ok := true
+	for name, c := range r.checks {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := c(cctx)
+		cancel()
+		if err != nil {
+			res[name] = err.Error()
+			ok = false
+		} else {
+			res[name] = "ok"
+		}
+	}
+	r.at, r.last, r.ok = time.Now(), res, ok
+	return res, ok
+}

@@ -1,0 +1,160 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/config"
+)
+
+// testGateway is a gateway on loopback ports with an embedded NATS server in
+// a temporary directory.
+type testGateway struct {
+	*Gateway
+	grpcAddr string
+	httpURL  string
+	client   eventgatev1.EventServiceClient
+	conn     *grpc.ClientConn
+}
+
+func startGateway(t testing.TB, mutate func(*config.Config), opts ...Option) *testGateway {
+	t.Helper()
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.ShutdownTimeout = 5 * time.Second
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	g, err := New(ctx, cfg, log, opts...)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, gl, hl) }()
+	conn, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return &testGateway{Gateway: g, grpcAddr: gl.Addr().String(), httpURL: "http://" + hl.Addr().String(), client: eventgatev1.NewEventServiceClient(conn), conn: conn}
+}
+
+func testEvent(reason, kind, ns, name string) *eventgatev1.Event {
+	return &eventgatev1.Event{
+		Reason:              reason,
+		Note:                "note for " + name,
+		ReportingController: "example.com/test-controller",
+		ReportingInstance:   "test-1",
+		Action:              "Test",
+		Regarding:           &eventgatev1.ObjectReference{ApiVersion: "apps/v1", Kind: kind, Namespace: ns, Name: name},
+	}
+}
+
+func emit(t testing.TB, c eventgatev1.EventServiceClient, evs ...*eventgatev1.Event) []*eventgatev1.EmitResult {
+	t.Helper()
+	resp, err := c.Emit(context.Background(), &eventgatev1.EmitRequest{Events: evs})
+	if err != nil {
+		t.Fatalf("Emit: %v", err)
+	}
+	return resp.Results
+}
+
+// ndjsonWatch opens a REST watch and returns its decoded lines.
+func ndjsonWatch(t testing.TB, ctx context.Context, url string) (*http.Response, <-chan map[string]any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan map[string]any, 1024)
+	go func() {
+		defer close(lines)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Errorf("watch line %q: %v", sc.Text(), err)
+				return
+			}
+			lines <- m
+		}
+	}()
+	return resp, lines
+}
+
+func postJSON(t testing.TB, url, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatalf("response body: %v", err)
+	}
+	return resp.StatusCode, m
+}
+
+func mustJSON(t testing.TB, ev *eventgatev1.Event) string {
+	b, err := protojson.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func recvN(t testing.TB, s grpc.ServerStreamingClient[eventgatev1.StreamWatchResponse], n int) []*eventgatev1.StreamWatchResponse {
+	t.Helper()
+	var out []*eventgatev1.StreamWatchResponse
+	for len(out) < n {
+		r, err := s.Recv()
+		if err != nil {
+			t.Fatalf("Recv after %d of %d: %v", len(out), n, err)
+		}
+		if r.Type == "BOOKMARK" {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}

@@ -1,0 +1,153 @@
+// Package jetstream connects eventgate to NATS JetStream: it starts the
+// embedded server when no external one is configured, keeps the events stream
+// in shape, publishes events and serves live watches from one feed per
+// gateway.
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config says where JetStream is and how the events stream is kept.
+type Config struct {
+	// URL of an external NATS server or cluster; empty starts an embedded server.
+	URL string `yaml:"url"`
+	// CredsFile is a NATS credentials file for the external server.
+	CredsFile string `yaml:"credsFile"`
+	// Listen, for the embedded server, is a host:port to accept NATS clients
+	// on as well; empty serves the gateway in process only.
+	Listen string `yaml:"listen"`
+	// Stream is the name of the events stream.
+	Stream string `yaml:"stream"`
+	// MaxAge bounds how long the stream keeps events (0: forever).
+	MaxAge time.Duration `yaml:"maxAge"`
+	// MaxBytes bounds the stream's size (-1: unbounded).
+	MaxBytes int64 `yaml:"maxBytes"`
+	// Duplicates is the window in which a retried message id is not stored twice.
+	Duplicates time.Duration `yaml:"duplicates"`
+	// Replicas of the stream (1 for a single server, 3 in a cluster).
+	Replicas int `yaml:"replicas"`
+}
+
+// DefaultConfig returns the defaults: embedded server, stream EVENTS keeping
+// 7 days or 10 GiB.
+func DefaultConfig() Config {
+	return Config{
+		Stream:     "EVENTS",
+		MaxAge:     7 * 24 * time.Hour,
+		MaxBytes:   10 << 30,
+		Duplicates: 2 * time.Minute,
+		Replicas:   1,
+	}
+}
+
+// SubjectsAll is the subject space of the events stream.
+const SubjectsAll = "events.>"
+
+// Embedded starts an in-process NATS server with JetStream on file storage
+// under dataDir. It accepts no network clients unless listen is set.
+func Embedded(dataDir, listen string) (*server.Server, error) {
+	opts := &server.Options{
+		ServerName: "eventgate-embedded",
+		JetStream:  true,
+		StoreDir:   filepath.Join(dataDir, "jetstream"),
+		NoSigs:     true,
+		NoLog:      true,
+		DontListen: listen == "",
+	}
+	if listen != "" {
+		host, port, err := splitHostPort(listen)
+		if err != nil {
+			return nil, fmt.Errorf("nats listen address: %w", err)
+		}
+		opts.Host, opts.Port = host, port
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("embedded nats: not ready after 30s")
+	}
+	return ns, nil
+}
+
+// Connect opens a NATS connection: in process to ns when it is not nil,
+// otherwise to cfg.URL.
+func Connect(cfg Config, ns *server.Server, name string) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+	}
+	url := cfg.URL
+	if ns != nil {
+		opts = append(opts, nats.InProcessServer(ns))
+		url = ""
+	}
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats: %w", err)
+	}
+	return nc, nil
+}
+
+// NewJetStream returns a JetStream handle tuned for batched async publishing.
+func NewJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(8192),
+		jetstream.WithPublishAsyncTimeout(10*time.Second),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return js, nil
+}
+
+// EnsureStream creates the events stream or updates it to cfg.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	sc := jetstream.StreamConfig{
+		Name:        cfg.Stream,
+		Description: "eventgate events: events.<tenant_type>.<tenant_name>.<group_Kind>.<namespace>.<name>",
+		Subjects:    []string{SubjectsAll},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      cfg.MaxAge,
+		MaxBytes:    cfg.MaxBytes,
+		Duplicates:  cfg.Duplicates,
+		Replicas:    max(cfg.Replicas, 1),
+		AllowDirect: true,
+	}
+	s, err := js.CreateOrUpdateStream(ctx, sc)
+	if err != nil {
+		return nil, fmt.Errorf("ensure stream %s: %w", cfg.Stream, err)
+	}
+	return s, nil
+}
+
+func splitHostPort(hp string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, err
+	}
+	var port int
+	if _, err := fmt.Sscanf(portStr, "%d", &port); err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", portStr, err)
+	}
+	return host, port, nil
+}

@@ -1,0 +1,360 @@
+// Package service implements eventgate's gRPC services. It validates
+// requests, calls the pipeline, and maps internal errors to gRPC status codes
+// at this edge only.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/event"
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/subject"
+)
+
+// Publisher stores messages durably and returns their acknowledgements.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []*nats.Msg) ([]*jetstream.PubAck, error)
+}
+
+// Watcher serves live watches.
+type Watcher interface {
+	Watch(ctx context.Context, o ejs.WatchOptions, send func(ejs.Item) error) error
+}
+
+// EventsConfig configures the EventService.
+type EventsConfig struct {
+	Normalizer  event.Normalizer
+	MaxBatch    int
+	WatchBuffer int
+}
+
+// Events implements eventgate.v1.EventService.
+type Events struct {
+	eventgatev1.UnimplementedEventServiceServer
+
+	cfg     EventsConfig
+	pub     Publisher
+	watch   Watcher
+	log     *slog.Logger
+	tracer  trace.Tracer
+	metrics *Metrics
+}
+
+// Metrics are the service's metrics.
+type Metrics struct {
+	emitted  *prometheus.CounterVec
+	rejected prometheus.Counter
+}
+
+// NewMetrics registers the service's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		emitted:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_events_emitted_total", Help: "Events accepted, by outcome."}, []string{"outcome"}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_events_rejected_total", Help: "Events refused as invalid."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.emitted, m.rejected)
+	}
+	return m
+}
+
+// NewEvents returns the EventService.
+func NewEvents(cfg EventsConfig, pub Publisher, w Watcher, log *slog.Logger, tp trace.TracerProvider, m *Metrics) *Events {
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	return &Events{cfg: cfg, pub: pub, watch: w, log: log, tracer: tp.Tracer("github.com/eventgate/eventgate/internal/service"), metrics: m}
+}
+
+// Emit implements EventService.Emit.
+func (s *Events) Emit(ctx context.Context, req *eventgatev1.EmitRequest) (*eventgatev1.EmitResponse, error) {
+	results, err := s.emit(ctx, req.GetEvents(), req.GetTenant(), req.GetIdempotencyKey())
+	if err != nil {
+		return nil, toStatus(s.log, "Emit", err)
+	}
+	return &eventgatev1.EmitResponse{Results: results}, nil
+}
+
+// EmitStream implements EventService.EmitStream: batches are validated and
+// published as they arrive, and acknowledged in order once durable.
+func (s *Events) EmitStream(stream eventgatev1.EventService_EmitStreamServer) error {
+	ctx := stream.Context()
+	type pending struct {
+		id   string
+		wait func() ([]*eventgatev1.EmitResult, error)
+	}
+	acks := make(chan pending, 64) // batches in flight; bounds memory and applies back-pressure
+	sendErr := make(chan error, 1)
+	go func() {
+		defer close(sendErr)
+		for p := range acks {
+			resp := &eventgatev1.EmitStreamResponse{BatchId: p.id}
+			results, err := p.wait()
+			if err != nil {
+				resp.Error = emitError(toStatus(s.log, "EmitStream", err))
+			} else {
+				resp.Results = results
+			}
+			if err := stream.Send(resp); err != nil {
+				sendErr <- err
+				for range acks { // drain so the receiver never blocks
+				}
+				return
+			}
+		}
+	}()
+	var recvErr error
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				recvErr = err
+			}
+			break
+		}
+		wait, err := s.startEmit(ctx, req.GetEvents(), req.GetTenant(), req.GetIdempotencyKey())
+		if err != nil {
+			wait = func() ([]*eventgatev1.EmitResult, error) { return nil, err }
+		}
+		select {
+		case acks <- pending{id: req.GetBatchId(), wait: wait}:
+		case err := <-sendErr:
+			close(acks)
+			return err
+		}
+	}
+	close(acks)
+	if err := <-sendErr; err != nil {
+		return err
+	}
+	if recvErr != nil {
+		return recvErr
+	}
+	return nil
+}
+
+func emitError(err error) *eventgatev1.EmitError {
+	st := status.Convert(err)
+	e := &eventgatev1.EmitError{Code: st.Code().String(), Message: st.Message()}
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				e.FieldViolations = append(e.FieldViolations, &eventgatev1.FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
+			}
+		}
+	}
+	return e
+}
+
+func (s *Events) emit(ctx context.Context, evs []*eventgatev1.Event, def *eventgatev1.Tenant, idemKey string) ([]*eventgatev1.EmitResult, error) {
+	wait, err := s.startEmit(ctx, evs, def, idemKey)
+	if err != nil {
+		return nil, err
+	}
+	return wait()
+}
+
+// startEmit validates a batch and starts publishing it; wait returns the
+// results once every event is durable.
+func (s *Events) startEmit(ctx context.Context, evs []*eventgatev1.Event, def *eventgatev1.Tenant, idemKey string) (wait func() ([]*eventgatev1.EmitResult, error), err error) {
+	if len(evs) == 0 {
+		return nil, invalid("events", "at least one event is required")
+	}
+	if len(evs) > s.cfg.MaxBatch {
+		return nil, invalid("events", "at most %d events per batch, got %d", s.cfg.MaxBatch, len(evs))
+	}
+	if len(idemKey) > 256 {
+		return nil, invalid("idempotencyKey", "must be at most 256 bytes")
+	}
+	if def != nil && (def.Type != "" || def.Name != "") {
+		if vs := event.ValidateTenant(def); len(vs) > 0 {
+			for i := range vs {
+				vs[i].Field = "tenant." + vs[i].Field
+			}
+			return nil, &InvalidError{Violations: vs}
+		}
+	}
+	var vs []event.Violation
+	callerUID := make([]bool, len(evs))
+	for i, ev := range evs {
+		if ev == nil {
+			vs = append(vs, event.Violation{Field: fmt.Sprintf("events[%d]", i), Description: "must not be null"})
+			continue
+		}
+		callerUID[i] = ev.Uid != ""
+		vs = append(vs, s.cfg.Normalizer.Normalize(ev, def, idemKey, fmt.Sprintf("events[%d]", i))...)
+	}
+	if len(vs) > 0 {
+		s.metrics.rejected.Add(float64(len(evs)))
+		return nil, &InvalidError{Violations: vs}
+	}
+	msgs := make([]*nats.Msg, len(evs))
+	for i, ev := range evs {
+		data, err := event.Marshal(ev)
+		if err != nil {
+			return nil, err
+		}
+		m := nats.NewMsg(event.SubjectOf(ev))
+		m.Data = data
+		if id := event.MsgID(ev, callerUID[i], idemKey); id != "" {
+			m.Header.Set(jetstream.MsgIDHeader, id)
+		}
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(m.Header))
+		msgs[i] = m
+	}
+	// Publishing starts now; the caller waits for the acknowledgements.
+	type outcome struct {
+		acks []*jetstream.PubAck
+		err  error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		acks, err := s.pub.Publish(ctx, msgs)
+		done <- outcome{acks, err}
+	}()
+	return func() ([]*eventgatev1.EmitResult, error) {
+		o := <-done
+		if o.err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, o.err)
+		}
+		results := make([]*eventgatev1.EmitResult, len(evs))
+		for i, ack := range o.acks {
+			r := &eventgatev1.EmitResult{
+				Uid:             evs[i].Uid,
+				Name:            evs[i].Name,
+				ResourceVersion: strconv.FormatUint(ack.Sequence, 10),
+				Outcome:         eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED,
+			}
+			if ack.Duplicate {
+				r.Outcome = eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE
+			}
+			s.metrics.emitted.WithLabelValues(r.Outcome.String()).Inc()
+			results[i] = r
+		}
+		return results, nil
+	}, nil
+}
+
+// WatchEstablishedHeader is the response header a watch sends once it is
+// established; an error before it means the watch never started.
+const WatchEstablishedHeader = "eventgate-watch-established"
+
+// Watch event types, as Kubernetes names them.
+const (
+	WatchAdded    = "ADDED"
+	WatchModified = "MODIFIED"
+	WatchBookmark = "BOOKMARK"
+)
+
+// StreamWatch implements EventService.StreamWatch.
+func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventgatev1.EventService_StreamWatchServer) error {
+	ctx := stream.Context()
+	o, err := s.watchOptions(req)
+	if err != nil {
+		return toStatus(s.log, "StreamWatch", err)
+	}
+	o.Ready = func() { _ = stream.SendHeader(metadata.Pairs(WatchEstablishedHeader, "true")) }
+	err = s.watch.Watch(ctx, o, func(it ejs.Item) error {
+		resp := &eventgatev1.StreamWatchResponse{Type: WatchAdded, Object: it.Event}
+		switch {
+		case it.Bookmark:
+			resp.Type = WatchBookmark
+			resp.Object = &eventgatev1.Event{ResourceVersion: strconv.FormatUint(it.Seq, 10)}
+			return stream.Send(resp)
+		case it.Event.GetSeries() != nil:
+			resp.Type = WatchModified
+		}
+		if it.Trace.IsValid() {
+			_, span := s.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, it.Trace), "eventgate.watch.deliver",
+				trace.WithSpanKind(trace.SpanKindProducer))
+			defer span.End()
+		}
+		return stream.Send(resp)
+	})
+	if err != nil && ctx.Err() != nil {
+		return nil // the client went away
+	}
+	return toStatus(s.log, "StreamWatch", err)
+}
+
+func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOptions, error) {
+	o := ejs.WatchOptions{Buffer: s.cfg.WatchBuffer}
+	var f subject.Filter
+	if t := req.GetTenant(); t != nil && (t.Type != "" || t.Name != "") {
+		if vs := event.ValidateTenant(t); len(vs) > 0 {
+			for i := range vs {
+				vs[i].Field = "tenant." + vs[i].Field
+			}
+			return o, &InvalidError{Violations: vs}
+		}
+		f.TenantType, f.TenantName = subject.Ptr(t.Type), subject.Ptr(t.Name)
+	}
+	var group *string
+	if req.ApiGroup != nil {
+		g := req.GetApiGroup()
+		if g == "core" {
+			g = ""
+		}
+		group = &g
+	}
+	kind := req.GetKind()
+	if group != nil && kind != "" {
+		f.Group, f.Kind = group, &kind
+	}
+	if req.GetNamespace() != "" {
+		f.Namespace = subject.Ptr(req.GetNamespace())
+	}
+	if req.GetName() != "" {
+		f.Name = subject.Ptr(req.GetName())
+	}
+	o.Subjects = []string{f.Subject()}
+
+	types, reasons, controllers := req.GetTypes(), req.GetReasons(), req.GetReportingControllers()
+	needKind := kind != "" && f.Kind == nil
+	needGroup := group != nil && f.Group == nil
+	if needKind || needGroup || len(types) > 0 || len(reasons) > 0 || len(controllers) > 0 {
+		o.Match = func(ev *eventgatev1.Event) bool {
+			if needKind && ev.GetRegarding().GetKind() != kind {
+				return false
+			}
+			if needGroup && subject.GroupFromAPIVersion(ev.GetRegarding().GetApiVersion()) != *group {
+				return false
+			}
+			return (len(types) == 0 || slices.Contains(types, ev.GetType())) &&
+				(len(reasons) == 0 || slices.Contains(reasons, ev.GetReason())) &&
+				(len(controllers) == 0 || slices.Contains(controllers, ev.GetReportingController()))
+		}
+	}
+	if rv := req.GetResourceVersion(); rv != "" {
+		after, err := strconv.ParseUint(rv, 10, 64)
+		if err != nil {
+			return o, invalid("resourceVersion", "must be a stream sequence (a non-negative integer), got %q", rv)
+		}
+		o.After = &after
+	}
+	if bi := req.GetBookmarkInterval(); bi != nil {
+		d := bi.AsDuration()
+		if !bi.IsValid() || d < time.Second || d > time.Hour {
+			return o, invalid("bookmarkInterval", "must be between 1s and 1h")
+		}
+		o.Bookmarks = d
+	}
+	return o, nil
+}
