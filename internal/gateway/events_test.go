@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -573,8 +572,8 @@ func TestEmitStream(t *testing.T) {
 // TestTraceContextFlowsToWatchers: the span of a watcher's delivery belongs
 // to the trace of the Emit that stored the event, through JetStream headers.
 func TestTraceContextFlowsToWatchers(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	delivered := make(chan sdktrace.ReadOnlySpan, 16)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(endNotifier{name: "eventgate.watch.deliver", ch: delivered}))
 	tg := startGateway(t, nil, WithTracerProvider(tp))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -595,20 +594,30 @@ func TestTraceContextFlowsToWatchers(t *testing.T) {
 		t.Fatal(err)
 	}
 	recvN(t, w, 1)
-	traceID := span.SpanContext().TraceID()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		for _, s := range rec.Ended() {
-			if s.Name() == "eventgate.watch.deliver" && s.SpanContext().TraceID() == traceID {
-				return
-			}
+	select {
+	case d := <-delivered:
+		if d.SpanContext().TraceID() != span.SpanContext().TraceID() {
+			t.Fatalf("delivery span in trace %s, want the emitter's trace %s", d.SpanContext().TraceID(), span.SpanContext().TraceID())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no delivery span in trace %s", traceID)
-		}
-		time.Sleep(10 * time.Millisecond) // the span ends just after Send returns
+	case <-ctx.Done():
+		t.Fatal("no delivery span ended")
 	}
 }
+
+// endNotifier sends every ended span with the given name to ch.
+type endNotifier struct {
+	name string
+	ch   chan sdktrace.ReadOnlySpan
+}
+
+func (e endNotifier) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (e endNotifier) OnEnd(s sdktrace.ReadOnlySpan) {
+	if s.Name() == e.name {
+		e.ch <- s
+	}
+}
+func (e endNotifier) Shutdown(context.Context) error   { return nil }
+func (e endNotifier) ForceFlush(context.Context) error { return nil }
 
 func TestHealthReadyMetricsReflection(t *testing.T) {
 	tg := startGateway(t, nil)
