@@ -451,6 +451,8 @@ func TestWatchFilters(t *testing.T) {
 		{&eventgatev1.StreamWatchRequest{Name: "*"}, []string{"R6"}},
 		{&eventgatev1.StreamWatchRequest{Reasons: []string{"R2", "R3"}, Types: []string{"Warning"}}, []string{"R3"}},
 		{&eventgatev1.StreamWatchRequest{ReportingControllers: []string{"other"}}, []string{"R4"}},
+		{&eventgatev1.StreamWatchRequest{Tenant: &eventgatev1.Tenant{Type: "project"}}, []string{"R1", "R2", "R3", "R4"}},
+		{&eventgatev1.StreamWatchRequest{Tenant: &eventgatev1.Tenant{Type: "global", Name: "_"}}, []string{"R5", "R6"}},
 	}
 	streams := make([]grpc.ServerStreamingClient[eventgatev1.StreamWatchResponse], len(watches))
 	for i, w := range watches {

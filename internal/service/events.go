@@ -298,13 +298,22 @@ func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOpt
 	o := ejs.WatchOptions{Buffer: s.cfg.WatchBuffer}
 	var f subject.Filter
 	if t := req.GetTenant(); t != nil && (t.Type != "" || t.Name != "") {
-		if vs := event.ValidateTenant(t); len(vs) > 0 {
+		// A type without a name selects every tenant of that type.
+		anyName := t.Name == "" && t.Type != event.TenantGlobal
+		check := t
+		if anyName {
+			check = &eventgatev1.Tenant{Type: t.Type, Name: "-"}
+		}
+		if vs := event.ValidateTenant(check); len(vs) > 0 {
 			for i := range vs {
 				vs[i].Field = "tenant." + vs[i].Field
 			}
 			return o, &InvalidError{Violations: vs}
 		}
-		f.TenantType, f.TenantName = subject.Ptr(t.Type), subject.Ptr(t.Name)
+		f.TenantType = subject.Ptr(t.Type)
+		if !anyName {
+			f.TenantName = subject.Ptr(check.Name)
+		}
 	}
 	var group *string
 	if req.ApiGroup != nil {
