@@ -1,0 +1,114 @@
+// Package natstest starts real NATS servers for tests: a JetStream cluster
+// of embedded nats-server nodes on loopback ports.
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Cluster is a running JetStream cluster.
+type Cluster struct {
+	Servers []*server.Server
+}
+
+// URL returns a client URL listing every node.
+func (c *Cluster) URL() string {
+	var urls []string
+	for _, s := range c.Servers {
+		urls = append(urls, s.ClientURL())
+	}
+	return strings.Join(urls, ",")
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// StartCluster starts an n-node JetStream cluster and waits until it has a
+// meta leader. The nodes are shut down when the test ends.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	ports := make([]int, n)
+	var routes []*url.URL
+	for i := range ports {
+		ports[i] = freePort(t)
+		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
+	}
+	c := &Cluster{}
+	for i := 0; i < n; i++ {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       -1,
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoLog:      os.Getenv("NATSTEST_LOG") == "",
+			Debug:      os.Getenv("NATSTEST_LOG") != "",
+			NoSigs:     true,
+			Cluster:    server.ClusterOpts{Name: "eventgate-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:     routes,
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !opts.NoLog {
+			s.ConfigureLogger()
+		}
+		s.Start()
+		c.Servers = append(c.Servers, s)
+	}
+	t.Cleanup(func() {
+		for _, s := range c.Servers {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}
+	})
+	for _, s := range c.Servers {
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("node %s not ready", s.Name())
+		}
+	}
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		// The cluster is usable once its meta leader answers account info.
+		actx, acancel := context.WithTimeout(ctx, time.Second)
+		_, err := js.AccountInfo(actx)
+		acancel()
+		if err == nil {
+			return c
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("JetStream cluster has no meta leader after 30s")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
