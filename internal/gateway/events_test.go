@@ -650,3 +650,32 @@ func TestHealthReadyMetricsReflection(t *testing.T) {
 		}
 	}
 }
+
+// TestDataSurvivesRestart: a gateway restarted on the same data directory
+// keeps its events and continues their resourceVersions.
+func TestDataSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	run := func(f func(tg *testGateway)) {
+		tg := startGatewayIn(t, dir)
+		defer tg.stop()
+		f(tg)
+	}
+	run(func(tg *testGateway) {
+		emit(t, tg.client, testEvent("A", "Pod", "ns", "a"), testEvent("B", "Pod", "ns", "b"))
+	})
+	run(func(tg *testGateway) {
+		w, err := tg.client.StreamWatch(ctx, &eventgatev1.StreamWatchRequest{ResourceVersion: "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := recvN(t, w, 2)
+		if got[0].Object.Reason != "A" || got[1].Object.Reason != "B" {
+			t.Fatalf("after restart the stream holds %v, %v", got[0].Object.Reason, got[1].Object.Reason)
+		}
+		if r := emit(t, tg.client, testEvent("C", "Pod", "ns", "c")); r[0].ResourceVersion != "3" {
+			t.Fatalf("resourceVersion after restart %s, want 3", r[0].ResourceVersion)
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,12 +29,26 @@ type testGateway struct {
 	httpURL  string
 	client   eventgatev1.EventServiceClient
 	conn     *grpc.ClientConn
+	stop     func()
 }
 
 func startGateway(t testing.TB, mutate func(*config.Config), opts ...Option) *testGateway {
 	t.Helper()
+	tg := startGatewayWith(t, t.TempDir(), mutate, opts...)
+	t.Cleanup(tg.stop)
+	return tg
+}
+
+// startGatewayIn starts a gateway on dataDir; the caller stops it.
+func startGatewayIn(t testing.TB, dataDir string) *testGateway {
+	t.Helper()
+	return startGatewayWith(t, dataDir, nil)
+}
+
+func startGatewayWith(t testing.TB, dataDir string, mutate func(*config.Config), opts ...Option) *testGateway {
+	t.Helper()
 	cfg := config.Default()
-	cfg.DataDir = t.TempDir()
+	cfg.DataDir = dataDir
 	cfg.ShutdownTimeout = 5 * time.Second
 	if mutate != nil {
 		mutate(&cfg)
@@ -62,14 +77,17 @@ func startGateway(t testing.TB, mutate func(*config.Config), opts ...Option) *te
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return &testGateway{Gateway: g, grpcAddr: gl.Addr().String(), httpURL: "http://" + hl.Addr().String(), client: eventgatev1.NewEventServiceClient(conn), conn: conn}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			conn.Close()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
+	}
+	return &testGateway{Gateway: g, grpcAddr: gl.Addr().String(), httpURL: "http://" + hl.Addr().String(), client: eventgatev1.NewEventServiceClient(conn), conn: conn, stop: stop}
 }
 
 func testEvent(reason, kind, ns, name string) *eventgatev1.Event {
