@@ -15,6 +15,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/eventgate/eventgate/internal/authz"
+	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/jetstream"
 )
@@ -32,6 +34,17 @@ type Config struct {
 	DataDir string `yaml:"dataDir"`
 	// NATS says where JetStream is and how the stream is kept.
 	NATS jetstream.Config `yaml:"nats"`
+	// Auth configures authentication; nothing configured means loopback only.
+	Auth authz.Config `yaml:"auth"`
+	// TLS serves gRPC and HTTP over TLS when both files are set.
+	TLS TLSConfig `yaml:"tls"`
+	// ClickHouse says where events are kept for queries.
+	ClickHouse clickhouse.Config `yaml:"clickhouse"`
+	// Ingest tunes the JetStream→ClickHouse consumer.
+	Ingest clickhouse.IngestConfig `yaml:"ingest"`
+	// ReadyMaxIngestLag: the gateway is not ready while the oldest event not
+	// yet in ClickHouse is older than this.
+	ReadyMaxIngestLag time.Duration `yaml:"readyMaxIngestLag"`
 	// Events bounds what an event may carry.
 	Events event.Limits `yaml:"events"`
 	// MaxBatch bounds the events of one Emit call or EmitStream batch.
@@ -50,20 +63,31 @@ type Config struct {
 	OTLPEndpoint string `yaml:"otlpEndpoint"`
 }
 
+// TLSConfig names the server certificate.
+type TLSConfig struct {
+	CertFile string `yaml:"certFile"`
+	KeyFile  string `yaml:"keyFile"`
+}
+
+// Enabled reports whether TLS is configured.
+func (t TLSConfig) Enabled() bool { return t.CertFile != "" && t.KeyFile != "" }
+
 // Default returns the embedded defaults.
 func Default() Config {
 	return Config{
-		GRPCAddr:        ":9090",
-		HTTPAddr:        ":8080",
-		DataDir:         "./data",
-		NATS:            jetstream.DefaultConfig(),
-		Events:          event.DefaultLimits(),
-		MaxBatch:        1000,
-		MaxRequestBytes: 4 << 20,
-		WatchBuffer:     4096,
-		ShutdownTimeout: 15 * time.Second,
-		LogLevel:        "info",
-		LogFormat:       "text",
+		GRPCAddr:          ":9090",
+		HTTPAddr:          ":8080",
+		DataDir:           "./data",
+		NATS:              jetstream.DefaultConfig(),
+		ClickHouse:        clickhouse.DefaultConfig(),
+		ReadyMaxIngestLag: time.Minute,
+		Events:            event.DefaultLimits(),
+		MaxBatch:          1000,
+		MaxRequestBytes:   4 << 20,
+		WatchBuffer:       4096,
+		ShutdownTimeout:   15 * time.Second,
+		LogLevel:          "info",
+		LogFormat:         "text",
 	}
 }
 
@@ -85,6 +109,9 @@ func (c Config) Validate() error {
 	if err := c.Events.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.ClickHouse.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("clickhouse: %w", err))
+	}
 	if c.MaxBatch < 1 {
 		errs = append(errs, fmt.Errorf("max-batch must be positive, got %d", c.MaxBatch))
 	}
@@ -93,6 +120,12 @@ func (c Config) Validate() error {
 	}
 	if c.WatchBuffer < 1 {
 		errs = append(errs, fmt.Errorf("watch-buffer must be positive, got %d", c.WatchBuffer))
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		errs = append(errs, errors.New("tls-cert-file and tls-key-file go together"))
+	}
+	if c.Auth.MTLS.CAFile != "" && !c.TLS.Enabled() {
+		errs = append(errs, errors.New("auth-mtls-ca-file needs tls-cert-file and tls-key-file"))
 	}
 	switch c.LogFormat {
 	case "text", "json":
@@ -136,6 +169,23 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.Int64Var(&c.NATS.MaxBytes, "stream-max-bytes", c.NATS.MaxBytes, "stream size limit in bytes (-1: unbounded)")
 	fs.DurationVar(&c.NATS.Duplicates, "stream-duplicates", c.NATS.Duplicates, "window in which a retried idempotency key is not stored twice")
 	fs.IntVar(&c.NATS.Replicas, "stream-replicas", c.NATS.Replicas, "stream replicas (3 in a NATS cluster)")
+	fs.StringVar(&c.Auth.TokensFile, "auth-tokens-file", c.Auth.TokensFile, "YAML file of principals, their grants and hashed bearer tokens")
+	fs.StringVar(&c.Auth.JWT.KeysFile, "auth-jwt-keys-file", c.Auth.JWT.KeysFile, "JWKS file of keys that sign accepted JWTs")
+	fs.StringVar(&c.Auth.JWT.KeysURL, "auth-jwt-keys-url", c.Auth.JWT.KeysURL, "https URL of a JWKS of keys that sign accepted JWTs")
+	fs.StringVar(&c.Auth.JWT.Issuer, "auth-jwt-issuer", c.Auth.JWT.Issuer, "required JWT issuer")
+	fs.StringVar(&c.Auth.JWT.Audience, "auth-jwt-audience", c.Auth.JWT.Audience, "required JWT audience")
+	fs.StringVar(&c.Auth.MTLS.CAFile, "auth-mtls-ca-file", c.Auth.MTLS.CAFile, "CA bundle that signs client certificates (identities mapped in the config file)")
+	fs.StringVar(&c.TLS.CertFile, "tls-cert-file", c.TLS.CertFile, "server certificate (PEM) for gRPC and HTTP")
+	fs.StringVar(&c.TLS.KeyFile, "tls-key-file", c.TLS.KeyFile, "server private key (PEM)")
+	fs.StringVar(&c.ClickHouse.DSN, "clickhouse-dsn", c.ClickHouse.DSN, "ClickHouse server or cluster DSN for clickhouse-go (clickhouse://… native, http(s)://… HTTP); empty uses the embedded engine")
+	fs.StringVar(&c.ClickHouse.ChDBLib, "chdb-lib", c.ClickHouse.ChDBLib, "path of the embedded engine libchdb.so (default: the cache scripts/fetch-chdb.sh fills)")
+	fs.StringVar(&c.ClickHouse.Database, "clickhouse-database", c.ClickHouse.Database, "ClickHouse database")
+	fs.StringVar(&c.ClickHouse.Cluster, "clickhouse-cluster", c.ClickHouse.Cluster, "ClickHouse cluster for ON CLUSTER DDL and replicated tables")
+	fs.DurationVar(&c.ClickHouse.TTL, "clickhouse-ttl", c.ClickHouse.TTL, "how long ClickHouse keeps events (per-tenant overrides in the config file)")
+	fs.IntVar(&c.ClickHouse.BatchSize, "ingest-batch-size", c.ClickHouse.BatchSize, "events per ClickHouse insert")
+	fs.DurationVar(&c.ClickHouse.BatchWait, "ingest-batch-wait", c.ClickHouse.BatchWait, "longest wait before a partial batch is inserted")
+	fs.DurationVar(&c.Ingest.AckWait, "ingest-ack-wait", c.Ingest.AckWait, "how long an event handed to a gateway's ingest may stay unacknowledged before another gateway (or a restart) takes it over (default 60s)")
+	fs.DurationVar(&c.ReadyMaxIngestLag, "ready-max-ingest-lag", c.ReadyMaxIngestLag, "not ready while the oldest event not yet in ClickHouse is older than this")
 	fs.IntVar(&c.Events.MaxNoteBytes, "max-note-bytes", c.Events.MaxNoteBytes, "largest note accepted (up to 65536)")
 	fs.Var(listValue{&c.Events.Types}, "event-types", "comma-separated event types accepted")
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "most events in one Emit call or EmitStream batch")

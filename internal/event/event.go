@@ -222,6 +222,8 @@ func ValidateTenant(t *eventgatev1.Tenant) []Violation {
 		}
 	case t.GetName() == "":
 		vs = append(vs, Violation{"name", "is required"})
+	case t.GetName() == "*":
+		vs = append(vs, Violation{"name", `"*" is reserved: it stands for every tenant of a type in grants`})
 	case len(t.GetName()) > maxNameField:
 		vs = append(vs, Violation{"name", fmt.Sprintf("must be at most %d bytes", maxNameField)})
 	case !printable(t.GetName()):

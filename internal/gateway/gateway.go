@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -36,6 +38,8 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/authz"
+	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/event"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
@@ -69,15 +73,20 @@ type Gateway struct {
 	js  jetstream.JetStream
 	hub *ejs.Hub
 
+	store  *clickhouse.Store
+	ingest *clickhouse.Ingester
+
 	tp       trace.TracerProvider
 	shutdown []func(context.Context) error // run in reverse order
 
-	grpc    *grpc.Server
-	health  *health.Server
-	inproc  *bufconn.Listener
-	proxy   *grpc.ClientConn
-	httpSrv *http.Server
-	ready   *readiness
+	grpc       *grpc.Server
+	grpcInproc *grpc.Server
+	tls        *tls.Config
+	health     *health.Server
+	inproc     *bufconn.Listener
+	proxy      *grpc.ClientConn
+	httpSrv    *http.Server
+	ready      *readiness
 
 	closeOnce sync.Once
 }
@@ -138,11 +147,31 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		return nil, err
 	}
 
+	chcfg := cfg.ClickHouse
+	if chcfg.DSN == "" && chcfg.DataDir == "" {
+		dir, _ := filepath.Abs(cfg.DataDir)
+		chcfg.DataDir = filepath.Join(dir, "clickhouse")
+	}
+	if g.store, err = clickhouse.Open(ctx, chcfg, log); err != nil {
+		return nil, err
+	}
+	if g.ingest, err = clickhouse.StartIngest(ctx, g.js, cfg.NATS.Stream, g.store, cfg.Ingest, log, g.registry); err != nil {
+		return nil, err
+	}
+
 	events := service.NewEvents(service.EventsConfig{
 		Normalizer:  event.Normalizer{Limits: cfg.Events},
 		MaxBatch:    cfg.MaxBatch,
 		WatchBuffer: cfg.WatchBuffer,
-	}, ejs.NewPublisher(g.js, cfg.NATS.Stream), g.hub, log, g.tp, service.NewMetrics(g.registry))
+	}, ejs.NewPublisher(g.js, cfg.NATS.Stream), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))
+
+	auth, err := authz.New(cfg.Auth, log, g.registry)
+	if err != nil {
+		return nil, fmt.Errorf("authentication: %w", err)
+	}
+	if !auth.Enabled() {
+		log.Warn("AUTHENTICATION IS DISABLED: every caller is treated as a local administrator; listening on loopback only. Configure --auth-tokens-file, JWT or mTLS to serve other hosts.")
+	}
 
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	g.registry.MustRegister(grpcMetrics)
@@ -150,23 +179,55 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		log.Error("panic in handler", "panic", p)
 		return status.Error(codes.Internal, "internal error")
 	})
-	g.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(g.tp), otelgrpc.WithPropagators(telemetry.Propagator))),
-		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(panicHandler)),
-		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(panicHandler)),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
-	eventgatev1.RegisterEventServiceServer(g.grpc, events)
 	g.health = health.NewServer()
-	healthpb.RegisterHealthServer(g.grpc, g.health)
-	reflection.Register(g.grpc)
-	grpcMetrics.InitializeMetrics(g.grpc)
+	newServer := func(extra ...grpc.ServerOption) *grpc.Server {
+		opts := append([]grpc.ServerOption{
+			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+			grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(g.tp), otelgrpc.WithPropagators(telemetry.Propagator))),
+			grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(panicHandler), auth.UnaryServerInterceptor()),
+			grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(panicHandler), auth.StreamServerInterceptor()),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		}, extra...)
+		srv := grpc.NewServer(opts...)
+		eventgatev1.RegisterEventServiceServer(srv, events)
+		healthpb.RegisterHealthServer(srv, g.health)
+		reflection.Register(srv)
+		grpcMetrics.InitializeMetrics(srv)
+		return srv
+	}
+	var extra []grpc.ServerOption
+	if cfg.TLS.Enabled() {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		g.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if cas := auth.ClientCAs(); cas != nil {
+			g.tls.ClientAuth, g.tls.ClientCAs = tls.VerifyClientCertIfGiven, cas
+		}
+		extra = append(extra, grpc.Creds(credentials.NewTLS(g.tls)))
+	}
+	g.grpc = newServer(extra...)
+	// The REST gateway's own server: reachable only in process, so it needs
+	// no transport security; callers authenticate with their bearer token,
+	// which the REST gateway forwards.
+	g.grpcInproc = newServer()
 
 	g.ready = newReadiness(map[string]func(context.Context) error{
 		"jetstream": func(ctx context.Context) error {
 			_, err := g.js.Stream(ctx, cfg.NATS.Stream)
 			return err
+		},
+		"clickhouse": func(ctx context.Context) error { return g.store.Ping(ctx) },
+		"ingest": func(ctx context.Context) error {
+			pending, age, err := g.ingest.Lag(ctx)
+			if err != nil {
+				return err
+			}
+			if age > cfg.ReadyMaxIngestLag {
+				return fmt.Errorf("%d events not yet in ClickHouse, the oldest for %s", pending, age.Round(time.Second))
+			}
+			return nil
 		},
 	})
 
@@ -196,7 +257,10 @@ func (g *Gateway) Serve(ctx context.Context, grpcLis, httpLis net.Listener) erro
 	g.log.Info("eventgate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "version", Version)
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return g.grpc.Serve(grpcLis) })
-	eg.Go(func() error { return g.grpc.Serve(g.inproc) })
+	eg.Go(func() error { return g.grpcInproc.Serve(g.inproc) })
+	if g.tls != nil {
+		httpLis = tls.NewListener(httpLis, g.tls.Clone())
+	}
 	eg.Go(func() error {
 		if err := g.httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -227,12 +291,13 @@ func (g *Gateway) stop() {
 	defer cancel()
 	_ = g.httpSrv.Shutdown(ctx)
 	done := make(chan struct{})
-	go func() { g.grpc.GracefulStop(); close(done) }()
+	go func() { g.grpc.GracefulStop(); g.grpcInproc.GracefulStop(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
 		g.log.Warn("graceful stop timed out; closing connections")
 		g.grpc.Stop()
+		g.grpcInproc.Stop()
 	}
 }
 
@@ -241,6 +306,13 @@ func (g *Gateway) Close() {
 	g.closeOnce.Do(func() {
 		if g.hub != nil {
 			g.hub.Stop()
+		}
+		if g.ingest != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
+			if err := g.ingest.Stop(ctx); err != nil {
+				g.log.Warn("ingest stop", "err", err)
+			}
+			cancel()
 		}
 		if g.proxy != nil {
 			_ = g.proxy.Close()
@@ -252,6 +324,9 @@ func (g *Gateway) Close() {
 		if g.ns != nil {
 			g.ns.Shutdown()
 			g.ns.WaitForShutdown()
+		}
+		if g.store != nil {
+			_ = g.store.Close()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -287,13 +362,28 @@ func (g *Gateway) watchHealth(ctx context.Context) {
 	}
 }
 
-// Run opens the configured listeners and serves until ctx ends.
+// Run opens the configured listeners and serves until ctx ends. Without
+// authentication it listens on loopback only, and refuses any other address.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	grpcAddr, err := BindAddr(cfg.GRPCAddr, cfg.Auth.Enabled())
+	if err != nil {
+		return fmt.Errorf("grpc-addr: %w", err)
+	}
+	httpAddr, err := BindAddr(cfg.HTTPAddr, cfg.Auth.Enabled())
+	if err != nil {
+		return fmt.Errorf("http-addr: %w", err)
+	}
+	if cfg.NATS.URL == "" && cfg.NATS.Listen != "" {
+		// The embedded NATS port has no eventgate authorization at all.
+		if _, err := BindAddr(cfg.NATS.Listen, false); err != nil {
+			return fmt.Errorf("nats-listen: %w", err)
+		}
+	}
+	grpcLis, err := net.Listen("tcp", grpcAddr)
 	if err != nil {
 		return fmt.Errorf("grpc listener: %w", err)
 	}
-	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	httpLis, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		grpcLis.Close()
 		return fmt.Errorf("http listener: %w", err)
@@ -305,6 +395,33 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	return g.Serve(ctx, grpcLis, httpLis)
+}
+
+// ErrUnauthenticatedBind refuses a non-loopback address without authentication.
+var ErrUnauthenticatedBind = errors.New("refusing to serve a non-loopback address without authentication")
+
+// BindAddr returns the address to listen on. An address without a host
+// (":9090") means every interface when authentication is configured and
+// loopback when it is not; an explicit non-loopback host without
+// authentication is refused.
+func BindAddr(addr string, authenticated bool) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if authenticated {
+		return addr, nil
+	}
+	if host == "" {
+		return net.JoinHostPort("127.0.0.1", port), nil
+	}
+	if host == "localhost" {
+		return addr, nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return addr, nil
+	}
+	return "", fmt.Errorf("%w: %s (configure --auth-tokens-file, JWT or mTLS, or bind to 127.0.0.1)", ErrUnauthenticatedBind, addr)
 }
 
 // readiness runs named checks, caching the answer briefly.

@@ -50,6 +50,9 @@ func startGatewayWith(t testing.TB, dataDir string, mutate func(*config.Config),
 	cfg := config.Default()
 	cfg.DataDir = dataDir
 	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.ClickHouse.DataDir = chDir
+	cfg.ClickHouse.Database = databaseFor(dataDir)
+	cfg.ClickHouse.BatchWait = 20 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/eventgate/eventgate/internal/authz"
+	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/jetstream"
 )
@@ -58,6 +60,18 @@ func toStatus(log *slog.Logger, method string, err error) error {
 			st = d
 		}
 		return st.Err()
+	case errors.Is(err, authz.ErrUnauthenticated):
+		return status.Error(codes.Unauthenticated, "unauthenticated")
+	case errors.Is(err, authz.ErrOverlappingGrants):
+		return status.Errorf(codes.FailedPrecondition, "%v: name a tenant or a kind to narrow the watch", err)
+	case errors.Is(err, authz.ErrPermissionDenied):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, clickhouse.ErrNotFound):
+		return status.Error(codes.NotFound, "event not found")
+	case errors.Is(err, clickhouse.ErrBadPageToken):
+		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "pageToken", Description: "is not a token this query issued"}}})
+	case errors.Is(err, clickhouse.ErrInvalidQuery):
+		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "query", Description: err.Error()}}})
 	case errors.Is(err, jetstream.ErrTooOld):
 		return status.Errorf(codes.OutOfRange, "%v: list again and watch from the list's resourceVersion", err)
 	case errors.Is(err, jetstream.ErrFuture):

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/event"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/subject"
@@ -52,6 +53,8 @@ type Events struct {
 	cfg     EventsConfig
 	pub     Publisher
 	watch   Watcher
+	store   Store
+	floor   Floor
 	log     *slog.Logger
 	tracer  trace.Tracer
 	metrics *Metrics
@@ -76,11 +79,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // NewEvents returns the EventService.
-func NewEvents(cfg EventsConfig, pub Publisher, w Watcher, log *slog.Logger, tp trace.TracerProvider, m *Metrics) *Events {
+func NewEvents(cfg EventsConfig, pub Publisher, w Watcher, store Store, floor Floor, log *slog.Logger, tp trace.TracerProvider, m *Metrics) *Events {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &Events{cfg: cfg, pub: pub, watch: w, log: log, tracer: tp.Tracer("github.com/eventgate/eventgate/internal/service"), metrics: m}
+	return &Events{cfg: cfg, pub: pub, watch: w, store: store, floor: floor, log: log, tracer: tp.Tracer("github.com/eventgate/eventgate/internal/service"), metrics: m}
 }
 
 // Emit implements EventService.Emit.
@@ -173,7 +176,7 @@ func (s *Events) emit(ctx context.Context, evs []*eventgatev1.Event, def *eventg
 
 // startEmit validates a batch and starts publishing it; wait returns the
 // results once every event is durable.
-func (s *Events) startEmit(ctx context.Context, evs []*eventgatev1.Event, def *eventgatev1.Tenant, idemKey string) (wait func() ([]*eventgatev1.EmitResult, error), err error) {
+func (s *Events) startEmit(ctx context.Context, evs []*eventgatev1.Event, def *eventgatev1.Tenant, idemKey string) (func() ([]*eventgatev1.EmitResult, error), error) {
 	if len(evs) == 0 {
 		return nil, invalid("events", "at least one event is required")
 	}
@@ -182,6 +185,15 @@ func (s *Events) startEmit(ctx context.Context, evs []*eventgatev1.Event, def *e
 	}
 	if len(idemKey) > 256 {
 		return nil, invalid("idempotencyKey", "must be at most 256 bytes")
+	}
+	p, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if def == nil || (def.Type == "" && def.Name == "") {
+		if t, err := p.DefaultEmitTenant(); err == nil {
+			def = &eventgatev1.Tenant{Type: t.Type, Name: t.Name}
+		}
 	}
 	if def != nil && (def.Type != "" || def.Name != "") {
 		if vs := event.ValidateTenant(def); len(vs) > 0 {
@@ -204,6 +216,12 @@ func (s *Events) startEmit(ctx context.Context, evs []*eventgatev1.Event, def *e
 	if len(vs) > 0 {
 		s.metrics.rejected.Add(float64(len(evs)))
 		return nil, &InvalidError{Violations: vs}
+	}
+	for i, ev := range evs {
+		t := authz.Tenant{Type: ev.GetTenant().GetType(), Name: ev.GetTenant().GetName()}
+		if err := p.AuthorizeEmit(t, subject.GroupFromAPIVersion(ev.GetRegarding().GetApiVersion()), ev.GetRegarding().GetKind()); err != nil {
+			return nil, fmt.Errorf("events[%d]: %w", i, err)
+		}
 	}
 	msgs := make([]*nats.Msg, len(evs))
 	for i, ev := range evs {
@@ -256,6 +274,15 @@ func (s *Events) startEmit(ctx context.Context, evs []*eventgatev1.Event, def *e
 // established; an error before it means the watch never started.
 const WatchEstablishedHeader = "eventgate-watch-established"
 
+// principal is the authenticated caller; the interceptor always sets one.
+func principal(ctx context.Context) (*authz.Principal, error) {
+	p, ok := authz.FromContext(ctx)
+	if !ok {
+		return nil, authz.ErrUnauthenticated
+	}
+	return p, nil
+}
+
 // Watch event types, as Kubernetes names them.
 const (
 	WatchAdded    = "ADDED"
@@ -266,8 +293,15 @@ const (
 // StreamWatch implements EventService.StreamWatch.
 func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventgatev1.EventService_StreamWatchServer) error {
 	ctx := stream.Context()
-	o, err := s.watchOptions(req)
+	p, err := principal(ctx)
 	if err != nil {
+		return toStatus(s.log, "StreamWatch", err)
+	}
+	o, f, err := s.watchOptions(req)
+	if err != nil {
+		return toStatus(s.log, "StreamWatch", err)
+	}
+	if o.Subjects, err = p.WatchSubjects(f); err != nil {
 		return toStatus(s.log, "StreamWatch", err)
 	}
 	o.Ready = func() { _ = stream.SendHeader(metadata.Pairs(WatchEstablishedHeader, "true")) }
@@ -294,7 +328,9 @@ func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventga
 	return toStatus(s.log, "StreamWatch", err)
 }
 
-func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOptions, error) {
+// watchOptions validates a watch request and returns its options and its
+// subject filter; authorization turns the filter into subjects.
+func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOptions, subject.Filter, error) {
 	o := ejs.WatchOptions{Buffer: s.cfg.WatchBuffer}
 	var f subject.Filter
 	if t := req.GetTenant(); t != nil && (t.Type != "" || t.Name != "") {
@@ -308,7 +344,7 @@ func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOpt
 			for i := range vs {
 				vs[i].Field = "tenant." + vs[i].Field
 			}
-			return o, &InvalidError{Violations: vs}
+			return o, f, &InvalidError{Violations: vs}
 		}
 		f.TenantType = subject.Ptr(t.Type)
 		if !anyName {
@@ -324,8 +360,9 @@ func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOpt
 		group = &g
 	}
 	kind := req.GetKind()
-	if group != nil && kind != "" {
-		f.Group, f.Kind = group, &kind
+	f.Group = group
+	if kind != "" {
+		f.Kind = &kind
 	}
 	if req.GetNamespace() != "" {
 		f.Namespace = subject.Ptr(req.GetNamespace())
@@ -333,11 +370,11 @@ func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOpt
 	if req.GetName() != "" {
 		f.Name = subject.Ptr(req.GetName())
 	}
-	o.Subjects = []string{f.Subject()}
 
 	types, reasons, controllers := req.GetTypes(), req.GetReasons(), req.GetReportingControllers()
-	needKind := kind != "" && f.Kind == nil
-	needGroup := group != nil && f.Group == nil
+	// A group or kind alone is no literal subject token: it is matched here.
+	needKind := kind != "" && group == nil
+	needGroup := group != nil && kind == ""
 	if needKind || needGroup || len(types) > 0 || len(reasons) > 0 || len(controllers) > 0 {
 		o.Match = func(ev *eventgatev1.Event) bool {
 			if needKind && ev.GetRegarding().GetKind() != kind {
@@ -354,16 +391,16 @@ func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOpt
 	if rv := req.GetResourceVersion(); rv != "" {
 		after, err := strconv.ParseUint(rv, 10, 64)
 		if err != nil {
-			return o, invalid("resourceVersion", "must be a stream sequence (a non-negative integer), got %q", rv)
+			return o, f, invalid("resourceVersion", "must be a stream sequence (a non-negative integer), got %q", rv)
 		}
 		o.After = &after
 	}
 	if bi := req.GetBookmarkInterval(); bi != nil {
 		d := bi.AsDuration()
 		if !bi.IsValid() || d < time.Second || d > time.Hour {
-			return o, invalid("bookmarkInterval", "must be between 1s and 1h")
+			return o, f, invalid("bookmarkInterval", "must be between 1s and 1h")
 		}
 		o.Bookmarks = d
 	}
-	return o, nil
+	return o, f, nil
 }

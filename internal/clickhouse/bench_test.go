@@ -1,0 +1,500 @@
+package clickhouse
+
+import (
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"context"
+	"fmt"
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/event"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The benchmark store: EVENTGATE_BENCH_EVENTS events (default 10,000,000)
+// generated in SQL (INSERT … SELECT FROM numbers) into their own database
+// of the shared embedded engine, with realistic cardinalities: 1,000
+// tenants, 100,000 objects (about 100 events each) of 20 kinds in 10
+// namespaces per kind, 50 reasons, 200 reporting instances, 30 days of
+// event times ending now, and a real protobuf raw event (~330 bytes) that Query and Get
+// decode.
+//
+//	go test -run '^$' -bench BenchmarkStore -benchtime 200x -timeout 60m ./internal/clickhouse/
+var bench struct {
+	once    sync.Once
+	err     error
+	store   *Store
+	n       int
+	objects []benchObject
+	uids    []benchUID
+	genTime time.Duration
+}
+
+type benchObject struct {
+	tenant                TenantRef
+	kind, namespace, name string
+}
+
+type benchUID struct {
+	tenant TenantRef
+	uid    string
+}
+
+func benchEvents() int {
+	if v := os.Getenv("EVENTGATE_BENCH_EVENTS"); v != "" {
+		n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
+		if err == nil && n > 0 {
+			return n
+		}
+	}
+	return 10_000_000
+}
+
+// varintSQL encodes an unsigned integer expression as a protobuf varint
+// (up to 5 bytes: values < 2^35).
+func varintSQL(x string) string {
+	b := func(shift int, more bool) string {
+		e := fmt.Sprintf("bitAnd(bitShiftRight(%s, %d), 127)", x, shift)
+		if more {
+			e = "bitOr(" + e + ", 128)"
+		}
+		return e
+	}
+	return fmt.Sprintf("multiIf(%[1]s < 128, char(%[2]s), %[1]s < 16384, char(%[3]s, %[4]s), %[1]s < 2097152, char(%[3]s, %[5]s, %[6]s), "+
+		"%[1]s < 268435456, char(%[3]s, %[5]s, %[7]s, %[8]s), char(%[3]s, %[5]s, %[7]s, %[9]s, %[10]s))",
+		x, b(0, false), b(0, true), b(7, false), b(7, true), b(14, false), b(14, true), b(21, false), b(21, true), b(28, false))
+}
+
+// pbSQL is a length-delimited protobuf field (tag = field<<3 | 2).
+func pbSQL(field int, expr string) string {
+	return fmt.Sprintf("concat(char(%d), %s, %s)", field<<3|2, varintSQL("length("+expr+")"), expr)
+}
+
+func pbVarintSQL(field int, expr string) string {
+	return fmt.Sprintf("concat(char(%d), %s)", field<<3, varintSQL(expr))
+}
+
+func generateBenchData(ctx context.Context, s *Store, n int) error {
+	kinds := []string{"Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "Service",
+		"Ingress", "ConfigMap", "Secret", "Node", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "Namespace",
+		"Certificate", "Gateway", "HTTPRoute", "Workload", "Instance"}
+	quoted := make([]string, len(kinds))
+	for i, k := range kinds {
+		quoted[i] = "'" + k + "'"
+	}
+	// Derived columns first (WITH), then the row.
+	with := []string{
+		"number AS n",
+		"n % 100000 AS obj",
+		"obj % 1000 AS tenant",
+		"if(tenant % 10 = 0, 'organization', 'project') AS tt",
+		"concat('tenant-', toString(tenant)) AS tn",
+		"[" + strings.Join(quoted, ", ") + "][intHash32(obj) % 20 + 1] AS kind",
+		"concat('ns-', toString(intHash32(obj) % 200 % 10)) AS ns",
+		"concat(lower(kind), '-', toString(obj)) AS rname",
+		fmt.Sprintf("fromUnixTimestamp64Micro(toInt64(%d), 'UTC') + toIntervalMicrosecond(intDiv(n * %d, %d) + cityHash64(n) %% 1000000) AS et",
+			time.Now().Add(-31*24*time.Hour).UnixMicro(), int64(30*24*time.Hour/time.Microsecond), n),
+		"lower(toString(reinterpretAsUUID(sipHash128(n)))) AS u",
+		"concat(rname, '.', substring(replaceAll(u, '-', ''), 1, 16)) AS ename",
+		"concat('Reason', toString(cityHash64(n, 7) % 50)) AS reason",
+		"if(n % 7 = 0, 'Warning', 'Normal') AS typ",
+		"concat('Back-off restarting failed container app in pod ', rname, ' (attempt ', toString(n % 97), ')') AS note",
+		"concat('example.com/controller-', toString(intHash32(obj) % 20)) AS rc",
+		"concat('controller-', toString(n % 200)) AS ri",
+		"'v1' AS apiv",
+		"toUnixTimestamp64Micro(et) AS et_us",
+	}
+	ts := pbVarintSQL(1, "intDiv(et_us, 1000000)") // seconds
+	ts = "concat(" + ts + ", " + pbVarintSQL(2, "(et_us % 1000000) * 1000") + ")"
+	reg := "concat(" + strings.Join([]string{pbSQL(1, "apiv"), pbSQL(2, "kind"), pbSQL(3, "ns"), pbSQL(4, "rname")}, ", ") + ")"
+	tenant := "concat(" + pbSQL(1, "tt") + ", " + pbSQL(2, "tn") + ")"
+	raw := "concat(" + strings.Join([]string{
+		pbSQL(1, "u"), pbSQL(2, "ename"), pbSQL(3, "ns"), pbSQL(4, ts), pbSQL(6, "rc"), pbSQL(7, "ri"),
+		pbSQL(9, "reason"), pbSQL(10, reg), pbSQL(12, "note"), pbSQL(13, "typ"), pbSQL(14, tenant),
+		// labels (field 15, map entry: key 1, value 2)
+		pbSQL(15, "concat("+pbSQL(1, "'app'")+", "+pbSQL(2, "concat('app-', toString(obj % 1000))")+")"),
+	}, ", ") + ")"
+	values := map[string]string{
+		"tenant_type": "tt", "tenant_name": "tn", "regarding_kind": "kind", "regarding_namespace": "ns",
+		"regarding_name": "rname", "event_time": "et", "uid": "u", "seq": "n + 1", "name": "ename", "namespace": "ns",
+		"type": "typ", "reason": "reason", "action": "'Restart'", "note": "note", "regarding_api_version": "apiv",
+		"reporting_controller": "rc", "reporting_instance": "ri",
+		"labels":    "map('app', concat('app-', toString(obj % 1000)))",
+		"subject":   "concat('events.', tt, '.', tn, '.core_', kind, '.', ns, '.', rname)",
+		"stored_at": "et", "ttl_seconds": strconv.Itoa(int(ttlSeconds(DefaultTTL))), "raw": raw,
+	}
+	var cols, exprs []string
+	for _, c := range eventColumns {
+		if v, ok := values[c.name]; ok {
+			cols = append(cols, c.name)
+			exprs = append(exprs, v)
+		}
+	}
+	// In chunks, as ingest would write them (parts then merge in the
+	// background).
+	const chunk = 1_000_000
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		sql := "INSERT INTO " + s.events() + " (" + strings.Join(cols, ", ") + ")" +
+			" WITH " + strings.Join(with, ", ") +
+			" SELECT " + strings.Join(exprs, ", ") +
+			fmt.Sprintf(" FROM numbers(%d, %d)", lo, hi-lo)
+		if err := s.t.exec(ctx, sql, nil); err != nil {
+			return fmt.Errorf("generate rows %d..%d: %w", lo, hi, err)
+		}
+	}
+	return nil
+}
+
+func setupBench(b *testing.B) {
+	bench.once.Do(func() {
+		ctx := context.Background()
+		n := benchEvents()
+		cfg := DefaultConfig()
+		cfg.Database = fmt.Sprintf("bench_%d", n)
+		s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
+		if err != nil {
+			bench.err = err
+			return
+		}
+		bench.store, bench.n = s, n
+		var have uint64
+		rs, err := s.t.query(ctx, "SELECT count() FROM "+s.events(), nil)
+		if err == nil {
+			for rs.Next() {
+				rs.Scan(&have)
+			}
+			rs.Close()
+		}
+		if have != uint64(n) {
+			start := time.Now()
+			if err := generateBenchData(ctx, s, n); err != nil {
+				bench.err = err
+				return
+			}
+			bench.genTime = time.Since(start)
+		}
+		// Measure the steady state: let background merges finish (at most
+		// 10 minutes).
+		for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+			rs, err := s.t.query(ctx, "SELECT toUInt64(count()) FROM system.merges WHERE database = {db:String}",
+				map[string]string{"db": cfg.Database})
+			if err != nil {
+				break
+			}
+			var merging uint64
+			for rs.Next() {
+				rs.Scan(&merging)
+			}
+			rs.Close()
+			if merging == 0 {
+				break
+			}
+		}
+		// Samples: 2,000 random objects and uids.
+		rs, err = s.t.query(ctx, "SELECT toString(tenant_type), toString(tenant_name), toString(regarding_kind), "+
+			"toString(regarding_namespace), regarding_name, uid FROM "+s.events()+
+			" WHERE cityHash64(seq, 'sample') % {m:UInt64} = 0 LIMIT 2000", map[string]string{"m": strconv.Itoa(max(n/4000, 1))})
+		if err != nil {
+			bench.err = err
+			return
+		}
+		for rs.Next() {
+			var o benchObject
+			var u string
+			if err := rs.Scan(&o.tenant.Type, &o.tenant.Name, &o.kind, &o.namespace, &o.name, &u); err != nil {
+				bench.err = err
+				return
+			}
+			bench.objects = append(bench.objects, o)
+			bench.uids = append(bench.uids, benchUID{tenant: o.tenant, uid: u})
+		}
+		rs.Close()
+		if len(bench.objects) == 0 {
+			bench.err = fmt.Errorf("no samples")
+		}
+	})
+	if bench.err != nil {
+		b.Fatal(bench.err)
+	}
+}
+
+// latencies records per-call latencies and reports p50/p99.
+type latencies []time.Duration
+
+func (l latencies) report(b *testing.B) {
+	if len(l) == 0 {
+		return
+	}
+	slices.Sort(l)
+	q := func(p float64) float64 {
+		i := int(p * float64(len(l)-1))
+		return float64(l[i]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(q(0.50), "p50_ms")
+	b.ReportMetric(q(0.99), "p99_ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkStore measures, on the benchmark store, the newest 100 events of
+// one object (Query) and Get by uid, each iteration on another object or
+// uid (the query condition cache is on by default).
+func BenchmarkStore(b *testing.B) {
+	setupBench(b)
+	s := bench.store
+	ctx := context.Background()
+	if bench.genTime > 0 {
+		b.Logf("generated %d events in %v (%.0f rows/s)", bench.n, bench.genTime.Round(time.Millisecond),
+			float64(bench.n)/bench.genTime.Seconds())
+	}
+	if rs, err := s.t.query(ctx, "SELECT toUInt64(count()), toUInt64(sum(rows)), toUInt64(sum(data_compressed_bytes)) "+
+		"FROM system.parts WHERE active AND database = {db:String} AND table = 'events'", map[string]string{"db": s.cfg.Database}); err == nil {
+		var parts, rows, bytes uint64
+		for rs.Next() {
+			rs.Scan(&parts, &rows, &bytes)
+		}
+		rs.Close()
+		b.Logf("events table: %d rows in %d parts, %.0f MiB compressed (%.0f bytes/row)", rows, parts,
+			float64(bytes)/(1<<20), float64(bytes)/float64(max(rows, 1)))
+	}
+	rv := uint64(bench.n)
+	rng := rand.New(rand.NewPCG(1, 2))
+
+	b.Run("QueryObjectNewest100", func(b *testing.B) {
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			o := bench.objects[rng.IntN(len(bench.objects))]
+			q := Query{
+				Scope: Scope{Tenants: []TenantRef{o.tenant}},
+				Filter: Filter{Regarding: ObjectFilter{
+					Kind: StringSet{In: []string{o.kind}}, Namespace: StringSet{In: []string{o.namespace}}, Name: StringSet{In: []string{o.name}},
+				}},
+				PageSize: 100,
+			}
+			start := time.Now()
+			p, err := s.Query(ctx, q, rv)
+			lat = append(lat, time.Since(start))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(p.Events) == 0 {
+				b.Fatalf("no events for %+v", o)
+			}
+		}
+		lat.report(b)
+	})
+	b.Run("GetByUID", func(b *testing.B) {
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			u := bench.uids[rng.IntN(len(bench.uids))]
+			start := time.Now()
+			ev, err := s.Get(ctx, Scope{Tenants: []TenantRef{u.tenant}}, GetQuery{UID: u.uid})
+			lat = append(lat, time.Since(start))
+			if err != nil || ev.GetUid() != u.uid {
+				b.Fatalf("get %s: %v %v", u.uid, ev, err)
+			}
+		}
+		lat.report(b)
+	})
+	b.Run("GetByUIDAllTenants", func(b *testing.B) {
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			u := bench.uids[rng.IntN(len(bench.uids))]
+			start := time.Now()
+			ev, err := s.Get(ctx, Scope{All: true}, GetQuery{UID: u.uid})
+			lat = append(lat, time.Since(start))
+			if err != nil || ev.GetUid() != u.uid {
+				b.Fatalf("get %s: %v %v", u.uid, ev, err)
+			}
+		}
+		lat.report(b)
+	})
+	b.Run("QueryAllTenantsNewest100", func(b *testing.B) {
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			start := time.Now()
+			p, err := s.Query(ctx, Query{Scope: all, PageSize: 100}, rv-uint64(rng.IntN(1000)))
+			lat = append(lat, time.Since(start))
+			if err != nil || len(p.Events) != 100 {
+				b.Fatalf("query all: %d events, %v", len(p.Events), err)
+			}
+		}
+		lat.report(b)
+	})
+	b.Run("QueryTenantNewest100", func(b *testing.B) {
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			o := bench.objects[rng.IntN(len(bench.objects))]
+			start := time.Now()
+			p, err := s.Query(ctx, Query{Scope: Scope{Tenants: []TenantRef{o.tenant}}, PageSize: 100}, rv)
+			lat = append(lat, time.Since(start))
+			if err != nil || len(p.Events) != 100 {
+				b.Fatalf("query tenant %v: %d events, %v", o.tenant, len(p.Events), err)
+			}
+		}
+		lat.report(b)
+	})
+}
+
+// realisticEvent is a ~600-byte event of one of `tenants` tenants.
+func realisticEvent(i, tenants int, at time.Time) *eventgatev1.Event {
+	obj := i % 10_000
+	ns := fmt.Sprintf("ns-%d", obj%10)
+	name := fmt.Sprintf("api-%d-7d4f8b9c5-x%04d", obj, i%7919)
+	return &eventgatev1.Event{
+		Uid:                 fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i, i*7919),
+		Name:                name + fmt.Sprintf(".%016x", i),
+		Namespace:           ns,
+		EventTime:           timestamppb.New(at.Add(time.Duration(i) * time.Millisecond).Truncate(time.Microsecond)),
+		Series:              &eventgatev1.EventSeries{Count: int32(i%5 + 1), LastObservedTime: timestamppb.New(at.Truncate(time.Microsecond)), State: "Ongoing"},
+		ReportingController: "example.com/payment-operator", ReportingInstance: fmt.Sprintf("payment-operator-%d", i%20),
+		Action: "Reconcile", Reason: fmt.Sprintf("Reason%d", i%50), Type: "Warning",
+		Regarding: &eventgatev1.ObjectReference{ApiVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: name,
+			Uid: fmt.Sprintf("%08x-0000-4000-8000-%012x", obj, obj), ResourceVersion: "123456"},
+		Related: &eventgatev1.ObjectReference{ApiVersion: "v1", Kind: "Pod", Namespace: ns, Name: name + "-pod"},
+		Note: "Back-off restarting failed container payment in pod " + name + ": exit code 137 (OOMKilled); " +
+			"memory limit 512Mi exceeded while processing the settlement batch, retrying in 40s",
+		Tenant:      &eventgatev1.Tenant{Type: "project", Name: fmt.Sprintf("tenant-%d", i%tenants)},
+		Labels:      map[string]string{"app": "payment", "tier": "backend", "team": fmt.Sprintf("team-%d", obj%30)},
+		Annotations: map[string]string{"example.com/trace-id": fmt.Sprintf("%032x", i)},
+		Metadata:    map[string]string{"revision": "v1.42.0"},
+	}
+}
+
+// BenchmarkInsert measures Store.Insert throughput (rows/s) of ~600-byte
+// events from 1,000 tenants per batch size and transport: what the ingest
+// batch size was chosen from.
+func BenchmarkInsert(b *testing.B) {
+	for _, tc := range transports {
+		for _, size := range []int{100, 1000, 5000, 10000, 20000} {
+			b.Run(fmt.Sprintf("%s/batch=%d", tc.name, size), func(b *testing.B) {
+				cfg := DefaultConfig()
+				cfg.Database = testDatabase(b)
+				s := tc.open(b, cfg)
+				defer func() {
+					s.Close()
+					engine(b).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
+				}()
+				at := time.Now().Add(-time.Hour)
+				batches := make([][]Row, 4)
+				for j := range batches {
+					batches[j] = make([]Row, size)
+					for i := range batches[j] {
+						n := j*size + i
+						ev := realisticEvent(n, 1000, at)
+						raw, _ := event.Marshal(ev)
+						batches[j][i] = Row{Seq: uint64(n + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: at, Raw: raw}
+					}
+				}
+				b.ResetTimer()
+				rows := 0
+				for i := 0; i < b.N; i++ {
+					if err := s.Insert(context.Background(), batches[i%len(batches)]); err != nil {
+						b.Fatal(err)
+					}
+					rows += size
+				}
+				b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
+			})
+		}
+	}
+}
+
+// BenchmarkIngestThroughput measures the whole ingest path with the default
+// thresholds: JetStream fetch, decode, INSERT and acks, from a stream that
+// already holds the events (a catch-up after an outage), in rows/s.
+func BenchmarkIngestThroughput(b *testing.B) {
+	const total = 100_000
+	var elapsed time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		n := startNATS(b)
+		cfg := DefaultConfig()
+		cfg.Database = testDatabase(b)
+		s, err := OpenEngine(context.Background(), engine(b), cfg, testLogger(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		at := time.Now().Add(-time.Hour)
+		var last uint64
+		for j := 0; j < total; j += 1000 {
+			evs := make([]*eventgatev1.Event, 1000)
+			for k := range evs {
+				evs[k] = realisticEvent(j+k, 1000, at)
+			}
+			seqs := n.publish(b, evs...)
+			last = seqs[len(seqs)-1]
+		}
+		b.StartTimer()
+		start := time.Now()
+		in, err := StartIngest(context.Background(), n.js, n.stream, s, IngestConfig{BatchSize: benchBatch()}, testLogger(b), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		waitFloor(b, in, last, 5*time.Minute)
+		elapsed += time.Since(start)
+		b.StopTimer()
+		in.Stop(context.Background())
+		s.Close()
+		engine(b).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(total*b.N)/elapsed.Seconds(), "rows/s")
+}
+
+// BenchmarkIngestVisibility measures, with the default thresholds, the time
+// from an emit (JetStream ack) until Query at the ingest ack floor returns
+// the event, one event at a time (the low-rate worst case: every event
+// waits for BatchWait).
+func BenchmarkIngestVisibility(b *testing.B) {
+	n := startNATS(b)
+	cfg := DefaultConfig()
+	cfg.Database = testDatabase(b)
+	s, err := OpenEngine(context.Background(), engine(b), cfg, testLogger(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		s.Close()
+		engine(b).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
+	}()
+	in := startIngest(b, n, s, IngestConfig{}, nil)
+	ctx := context.Background()
+	var lat latencies
+	for i := 0; i < b.N; i++ {
+		ev := realisticEvent(i, 10, time.Now())
+		start := time.Now()
+		seq := n.publish(b, ev)[0]
+		for {
+			floor, err := in.AckFloor(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if floor >= seq {
+				p, err := s.Query(ctx, Query{Scope: all, Filter: Filter{Regarding: ObjectFilter{Name: set(ev.Regarding.Name)}}, PageSize: 1}, floor)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(p.Events) == 1 && p.Events[0].Uid == ev.Uid {
+					break
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		lat = append(lat, time.Since(start))
+		time.Sleep(time.Duration(rand.IntN(50)) * time.Millisecond)
+	}
+	lat.report(b)
+}
+
+// benchBatch is EVENTGATE_BENCH_BATCH (default: the store's default).
+func benchBatch() int {
+	n, _ := strconv.Atoi(os.Getenv("EVENTGATE_BENCH_BATCH"))
+	return n
+}

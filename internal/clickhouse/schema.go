@@ -1,0 +1,222 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// column is one column of the events table: its name, type and codec. The
+// table's DDL and every INSERT are generated from eventColumns, so the two
+// cannot drift apart.
+type column struct {
+	name, typ, codec string
+}
+
+// eventColumns is the events table, in the order rows are appended.
+var eventColumns = []column{
+	// Sort key (see sortKey).
+	{"tenant_type", "LowCardinality(String)", ""},
+	{"tenant_name", "LowCardinality(String)", ""},
+	{"regarding_kind", "LowCardinality(String)", ""},
+	{"regarding_namespace", "LowCardinality(String)", ""},
+	{"regarding_name", "String", ""},
+	{"event_time", "DateTime64(6, 'UTC')", "CODEC(Delta, ZSTD(1))"},
+	{"uid", "String", ""},
+	// Version: the stream sequence (= resourceVersion).
+	{"seq", "UInt64", ""},
+
+	{"name", "String", ""},
+	{"namespace", "LowCardinality(String)", ""},
+	{"type", "LowCardinality(String)", ""},
+	{"reason", "LowCardinality(String)", ""},
+	{"action", "LowCardinality(String)", ""},
+	{"note", "String", "CODEC(ZSTD(1))"},
+	{"regarding_api_version", "LowCardinality(String)", ""},
+	{"regarding_uid", "String", ""},
+	{"regarding_field_path", "String", ""},
+	{"related_api_version", "LowCardinality(String)", ""},
+	{"related_kind", "LowCardinality(String)", ""},
+	{"related_namespace", "LowCardinality(String)", ""},
+	{"related_name", "String", ""},
+	{"related_uid", "String", ""},
+	{"related_field_path", "String", ""},
+	{"reporting_controller", "LowCardinality(String)", ""},
+	{"reporting_instance", "LowCardinality(String)", ""},
+	{"labels", "Map(String, String)", "CODEC(ZSTD(1))"},
+	{"annotations", "Map(String, String)", "CODEC(ZSTD(1))"},
+	{"metadata", "Map(String, String)", "CODEC(ZSTD(1))"},
+	{"series_count", "Int32", ""},
+	{"series_last_observed", "DateTime64(6, 'UTC')", "CODEC(Delta, ZSTD(1))"},
+	{"series_state", "LowCardinality(String)", ""},
+	{"subject", "String", "CODEC(ZSTD(1))"},
+	{"stored_at", "DateTime64(6, 'UTC')", "CODEC(Delta, ZSTD(1))"},
+	{"ttl_seconds", "UInt32", ""},
+	// The event exactly as published (deterministic protobuf, without
+	// resourceVersion): Query and Get decode it, so nothing is lost.
+	{"raw", "String", "CODEC(ZSTD(3))"},
+}
+
+// sortKey orders the table. The tenant comes first (every query is scoped
+// to tenants), then the regarding object and time, so "the newest events of
+// one object" is a contiguous, time-ordered range read in order, and a time
+// range within a tenant and kind prunes granules.
+//
+// uid and seq end the key, so the ReplacingMergeTree identity is one stream
+// message: merges drop the copies a redelivery inserted (same seq) but keep
+// every version of a series. Folding versions (identity without seq) would
+// let a merge replace the version a listing pinned at rv reads (seq <= rv)
+// by a newer one (seq > rv) in the middle of the listing: measured with
+// TestPaginationUnderConcurrentIngest, ~40% of the snapshot vanished. Queries
+// pick the latest version <= rv themselves.
+const sortKey = primaryKey + ", uid, seq"
+
+// primaryKey is the sort key without uid and seq, which prune nothing after
+// event_time; leaving them out keeps the in-memory index small. With
+// index_granularity 2048 (8192 is the default), "newest 100 of one object"
+// reads 4x fewer rows per part; measured on 10M events: 12 ms p50 against
+// 19 ms, with Get by uid unchanged (bench_test.go).
+const primaryKey = "tenant_type, tenant_name, regarding_kind, regarding_namespace, regarding_name, event_time"
+
+// migration is one versioned, idempotent schema step.
+type migration struct {
+	version int
+	name    string
+	stmts   func(d ddl) []string
+}
+
+// ddl renders DDL for a database, optionally ON CLUSTER. Only validated
+// identifiers are spliced into it.
+type ddl struct {
+	db      string // quoted
+	cluster string // quoted, or ""
+}
+
+func (d ddl) onCluster() string {
+	if d.cluster == "" {
+		return ""
+	}
+	return " ON CLUSTER " + d.cluster
+}
+
+// engine returns a (Replicated)ReplacingMergeTree with the given version
+// column ("" for none).
+func (d ddl) engine(table, version string) string {
+	if d.cluster == "" {
+		return "ReplacingMergeTree(" + version + ")"
+	}
+	args := "'/clickhouse/tables/{shard}/{database}/" + table + "', '{replica}'"
+	if version != "" {
+		args += ", " + version
+	}
+	return "ReplicatedReplacingMergeTree(" + args + ")"
+}
+
+func (d ddl) table(name string) string { return d.db + "." + quoteIdent(name) }
+
+// migrations are applied in order by Open; each statement is idempotent so
+// that gateways starting together, or a crash between a statement and the
+// schema_migrations row, are harmless.
+var migrations = []migration{
+	{1, "events table", func(d ddl) []string {
+		var cols strings.Builder
+		for _, c := range eventColumns {
+			fmt.Fprintf(&cols, "    %s %s", c.name, c.typ)
+			if c.codec != "" {
+				cols.WriteString(" " + c.codec)
+			}
+			cols.WriteString(",\n")
+		}
+		// Skip indexes: uid and name answer Get without a tenant-wide scan;
+		// related_name helps "involving" and related.name filters, which the
+		// sort key cannot serve.
+		cols.WriteString("    INDEX uid_bf uid TYPE bloom_filter(0.001) GRANULARITY 1,\n")
+		cols.WriteString("    INDEX name_bf name TYPE bloom_filter(0.01) GRANULARITY 1,\n")
+		cols.WriteString("    INDEX related_name_bf related_name TYPE bloom_filter(0.01) GRANULARITY 1\n")
+		settings := "index_granularity = 2048"
+		if d.cluster == "" {
+			// Retried identical insert blocks are dropped (replicated
+			// tables deduplicate by default).
+			settings += ", non_replicated_deduplication_window = 1000"
+		}
+		return []string{
+			"CREATE TABLE IF NOT EXISTS " + d.table("events") + d.onCluster() + " (\n" + cols.String() + ")\n" +
+				"ENGINE = " + d.engine("events", "seq") + "\n" +
+				"PARTITION BY toYYYYMM(event_time)\n" +
+				"PRIMARY KEY (" + primaryKey + ")\n" +
+				"ORDER BY (" + sortKey + ")\n" +
+				// Retention per row: ttl_seconds is computed at insert from
+				// Config.TTL / TenantTTL; a series is kept from its last
+				// observation.
+				"TTL toDateTime(greatest(event_time, series_last_observed)) + toIntervalSecond(ttl_seconds)\n" +
+				"SETTINGS " + settings,
+		}
+	}},
+}
+
+// latestMigration is the schema version this build writes.
+var latestMigration = migrations[len(migrations)-1].version
+
+// migrate creates the database and applies the migrations not yet recorded
+// in schema_migrations.
+func (s *Store) migrate(ctx context.Context) error {
+	d := s.ddl
+	pre := []string{
+		"CREATE DATABASE IF NOT EXISTS " + d.db + d.onCluster(),
+		"CREATE TABLE IF NOT EXISTS " + d.table("schema_migrations") + d.onCluster() + " (\n" +
+			"    version UInt32,\n    name String,\n    applied_at DateTime64(3, 'UTC')\n" +
+			") ENGINE = " + d.engine("schema_migrations", "") + " ORDER BY version",
+	}
+	for _, q := range pre {
+		if err := s.t.exec(ctx, q, nil); err != nil {
+			return fmt.Errorf("clickhouse: migrate: %w", err)
+		}
+	}
+	applied := map[int]bool{}
+	rows, err := s.t.query(ctx, "SELECT toUInt64(version) FROM "+d.table("schema_migrations"), nil)
+	if err != nil {
+		return fmt.Errorf("clickhouse: migrate: read versions: %w", err)
+	}
+	maxSeen := 0
+	for rows.Next() {
+		var v uint64
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return fmt.Errorf("clickhouse: migrate: read versions: %w", err)
+		}
+		applied[int(v)] = true
+		maxSeen = max(maxSeen, int(v))
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return fmt.Errorf("clickhouse: migrate: read versions: %w", err)
+	}
+	if maxSeen > latestMigration {
+		s.log.Warn("clickhouse schema is newer than this gateway knows", "database", s.cfg.Database,
+			"schema_version", maxSeen, "known_version", latestMigration)
+	}
+	for _, m := range migrations {
+		if applied[m.version] {
+			continue
+		}
+		for _, q := range m.stmts(d) {
+			if err := s.t.exec(ctx, q, nil); err != nil {
+				return fmt.Errorf("clickhouse: migration %d (%s): %w", m.version, m.name, err)
+			}
+		}
+		p := newParams()
+		q := "INSERT INTO " + d.table("schema_migrations") + " (version, name, applied_at) SELECT " +
+			p.u64(uint64(m.version)) + ", " + p.str(m.name) + ", now64(3, 'UTC')"
+		if err := s.t.exec(ctx, q, p.m); err != nil {
+			return fmt.Errorf("clickhouse: record migration %d: %w", m.version, err)
+		}
+		s.log.Info("clickhouse migration applied", "database", s.cfg.Database, "version", m.version, "name", m.name)
+	}
+	return nil
+}
+
+// quoteIdent quotes a validated identifier.
+func quoteIdent(s string) string {
+	return "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`").Replace(s) + "`"
+}

@@ -1,0 +1,309 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/authz"
+	"github.com/eventgate/eventgate/internal/clickhouse"
+	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/selector"
+)
+
+// Store answers List and Get from ClickHouse.
+type Store interface {
+	Query(ctx context.Context, q clickhouse.Query, rv uint64) (clickhouse.Page, error)
+	Get(ctx context.Context, scope clickhouse.Scope, g clickhouse.GetQuery) (*eventgatev1.Event, error)
+}
+
+// Floor says up to which stream sequence ClickHouse holds every event.
+type Floor interface {
+	AckFloor(ctx context.Context) (uint64, error)
+}
+
+// Query implements EventService.Query.
+func (s *Events) Query(ctx context.Context, req *eventgatev1.QueryRequest) (*eventgatev1.QueryResponse, error) {
+	q, empty, err := queryFromRequest(req)
+	if err != nil {
+		return nil, toStatus(s.log, "Query", err)
+	}
+	if q.Scope, err = s.scope(ctx, authz.VerbQuery, q.Filter.Tenant); err != nil {
+		return nil, toStatus(s.log, "Query", err)
+	}
+	var rv uint64
+	if req.GetPageToken() == "" {
+		if rv, err = s.floor.AckFloor(ctx); err != nil {
+			return nil, toStatus(s.log, "Query", fmt.Errorf("%w: ingest position: %w", ErrUnavailable, err))
+		}
+	}
+	if empty {
+		return &eventgatev1.QueryResponse{ResourceVersion: strconv.FormatUint(rv, 10)}, nil
+	}
+	page, err := s.store.Query(ctx, q, rv)
+	if err != nil {
+		return nil, toStatus(s.log, "Query", err)
+	}
+	return &eventgatev1.QueryResponse{
+		Events:          page.Events,
+		ResourceVersion: strconv.FormatUint(page.ResourceVersion, 10),
+		NextPageToken:   page.NextPageToken,
+	}, nil
+}
+
+// Get implements EventService.Get.
+func (s *Events) Get(ctx context.Context, req *eventgatev1.GetRequest) (*eventgatev1.GetResponse, error) {
+	g := clickhouse.GetQuery{UID: req.GetUid(), Namespace: req.GetNamespace(), Name: req.GetName()}
+	if g.UID == "" && g.Name == "" {
+		return nil, toStatus(s.log, "Get", invalid("uid", "uid, or namespace and name, is required"))
+	}
+	if t := req.GetTenant(); t != nil && (t.Type != "" || t.Name != "") {
+		ref, err := tenantRef(t)
+		if err != nil {
+			return nil, toStatus(s.log, "Get", err)
+		}
+		g.Tenant = ref
+	}
+	scope, err := s.scope(ctx, authz.VerbQuery, g.Tenant)
+	if errors.Is(err, authz.ErrPermissionDenied) {
+		// Naming a tenant one may not read says nothing about its uids.
+		return nil, toStatus(s.log, "Get", clickhouse.ErrNotFound)
+	}
+	if err != nil {
+		return nil, toStatus(s.log, "Get", err)
+	}
+	ev, err := s.store.Get(ctx, scope, g)
+	if err != nil {
+		return nil, toStatus(s.log, "Get", err)
+	}
+	return &eventgatev1.GetResponse{Event: ev}, nil
+}
+
+// scope is what the caller may read with verb, narrowed to the tenant the
+// request names; the store ANDs it into every statement.
+func (s *Events) scope(ctx context.Context, verb authz.Verb, narrow *clickhouse.TenantRef) (clickhouse.Scope, error) {
+	p, err := principal(ctx)
+	if err != nil {
+		return clickhouse.Scope{}, err
+	}
+	var n *authz.Tenant
+	if narrow != nil {
+		n = &authz.Tenant{Type: narrow.Type, Name: narrow.Name}
+		if n.Name == "*" {
+			n.Name = "" // every tenant of the type
+		}
+	}
+	sc, err := p.Scope(verb, n)
+	if err != nil {
+		return clickhouse.Scope{}, err
+	}
+	out := clickhouse.Scope{All: sc.All}
+	for _, t := range sc.Tenants {
+		ref := clickhouse.TenantRef{Type: t.Type, Name: t.Name}
+		for _, k := range t.Kinds {
+			ref.Kinds = append(ref.Kinds, clickhouse.GroupKind{Group: k.Group, Kind: k.Kind})
+		}
+		out.Tenants = append(out.Tenants, ref)
+	}
+	return out, nil
+}
+
+func tenantRef(t *eventgatev1.Tenant) (*clickhouse.TenantRef, error) {
+	anyName := t.Name == "" && t.Type != event.TenantGlobal
+	check := &eventgatev1.Tenant{Type: t.Type, Name: t.Name}
+	if anyName {
+		check.Name = "-"
+	}
+	if vs := event.ValidateTenant(check); len(vs) > 0 {
+		for i := range vs {
+			vs[i].Field = "tenant." + vs[i].Field
+		}
+		return nil, &InvalidError{Violations: vs}
+	}
+	ref := &clickhouse.TenantRef{Type: t.Type, Name: check.Name}
+	if anyName {
+		ref.Name = "*"
+	}
+	return ref, nil
+}
+
+// queryFromRequest builds the store query. empty reports a filter that can
+// match nothing (e.g. reason=A in one place and reason=B in another).
+func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty bool, err error) {
+	f := &q.Filter
+	if t := req.GetTenant(); t != nil && (t.Type != "" || t.Name != "") {
+		if f.Tenant, err = tenantRef(t); err != nil {
+			return q, false, err
+		}
+	}
+	in := func(vs ...string) clickhouse.StringSet {
+		var set clickhouse.StringSet
+		for _, v := range vs {
+			if v != "" {
+				set.In = append(set.In, v)
+			}
+		}
+		return set
+	}
+	f.Namespace = in(req.GetNamespace())
+	f.Type = in(req.GetType()...)
+	f.Reason = in(req.GetReason()...)
+	f.Action = in(req.GetAction()...)
+	f.ReportingController = in(req.GetReportingController()...)
+	f.ReportingInstance = in(req.GetReportingInstance()...)
+	obj := func(o *eventgatev1.ObjectSelector) clickhouse.ObjectFilter {
+		return clickhouse.ObjectFilter{
+			APIVersion: in(o.GetApiVersion()), Kind: in(o.GetKind()), Namespace: in(o.GetNamespace()),
+			Name: in(o.GetName()), UID: in(o.GetUid()), FieldPath: in(o.GetFieldPath()),
+		}
+	}
+	f.Regarding, f.Related = obj(req.GetRegarding()), obj(req.GetRelated())
+	if inv := req.GetInvolving(); inv != nil {
+		o := obj(inv)
+		f.Involving = &o
+	}
+	keys := make([]string, 0, len(req.GetLabels()))
+	for k := range req.GetLabels() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		f.Labels = append(f.Labels, clickhouse.LabelReq{Key: k, Op: "=", Values: []string{req.GetLabels()[k]}})
+	}
+	if ts := req.GetSince(); ts != nil {
+		if !ts.IsValid() {
+			return q, false, invalid("since", "is not a valid time")
+		}
+		f.Since = ts.AsTime()
+	}
+	if ts := req.GetUntil(); ts != nil {
+		if !ts.IsValid() {
+			return q, false, invalid("until", "is not a valid time")
+		}
+		f.Until = ts.AsTime()
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		return q, false, invalid("until", "must be after since")
+	}
+	if empty, err = applyFieldSelector(f, req.GetFieldSelector()); err != nil {
+		return q, false, err
+	}
+	reqs, err := selector.Parse(req.GetLabelSelector())
+	if err != nil {
+		return q, false, invalid("labelSelector", "%v", err)
+	}
+	for _, r := range reqs {
+		f.Labels = append(f.Labels, clickhouse.LabelReq{Key: r.Key, Op: r.Op, Values: r.Values})
+	}
+	switch req.GetOrder() {
+	case eventgatev1.Order_ORDER_OLDEST_FIRST:
+		q.OldestFirst = true
+	case eventgatev1.Order_ORDER_UNSPECIFIED, eventgatev1.Order_ORDER_NEWEST_FIRST:
+	default:
+		return q, false, invalid("order", "unknown order %d", req.GetOrder())
+	}
+	if ps := req.GetPageSize(); ps < 0 || ps > clickhouse.MaxPageSize {
+		return q, false, invalid("pageSize", "must be between 1 and %d", clickhouse.MaxPageSize)
+	}
+	q.PageSize = int(req.GetPageSize())
+	q.PageToken = req.GetPageToken()
+	return q, empty, nil
+}
+
+// FieldSelectorKeys are the fields a field selector may name: every field the
+// KEP asks to be selectable, with the core/v1 spellings as aliases.
+var FieldSelectorKeys = []string{
+	"type", "reason", "action", "reportingController", "reportingInstance", "namespace",
+	"regarding.{apiVersion,kind,namespace,name,uid,fieldPath}", "related.{…}", "involving.{…}",
+}
+
+func applyFieldSelector(f *clickhouse.Filter, sel string) (empty bool, err error) {
+	reqs, err := selector.Parse(sel)
+	if err != nil {
+		return false, invalid("fieldSelector", "%v", err)
+	}
+	for _, r := range reqs {
+		set, err := fieldSet(f, r.Key)
+		if err != nil {
+			return false, err
+		}
+		switch r.Op {
+		case selector.Equals, selector.In:
+			if len(set.In) > 0 {
+				set.In = intersect(set.In, r.Values)
+				empty = empty || len(set.In) == 0
+			} else {
+				set.In = slices.Clone(r.Values)
+			}
+		case selector.NotEquals, selector.NotIn:
+			set.NotIn = append(set.NotIn, r.Values...)
+		default:
+			return false, invalid("fieldSelector", "%q: fields support =, ==, !=, in and notin", r.Key)
+		}
+	}
+	return empty, nil
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, v := range a {
+		if slices.Contains(b, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// fieldSet returns the filter field a selector key names.
+func fieldSet(f *clickhouse.Filter, key string) (*clickhouse.StringSet, error) {
+	switch key {
+	case "type":
+		return &f.Type, nil
+	case "reason":
+		return &f.Reason, nil
+	case "action":
+		return &f.Action, nil
+	case "reportingController", "reportingComponent", "source", "source.component":
+		return &f.ReportingController, nil
+	case "reportingInstance", "source.host":
+		return &f.ReportingInstance, nil
+	case "namespace", "metadata.namespace":
+		return &f.Namespace, nil
+	}
+	prefix, field, ok := strings.Cut(key, ".")
+	if ok {
+		var o *clickhouse.ObjectFilter
+		switch prefix {
+		case "regarding", "involvedObject":
+			o = &f.Regarding
+		case "related":
+			o = &f.Related
+		case "involving":
+			if f.Involving == nil {
+				f.Involving = &clickhouse.ObjectFilter{}
+			}
+			o = f.Involving
+		}
+		if o != nil {
+			switch field {
+			case "apiVersion":
+				return &o.APIVersion, nil
+			case "kind":
+				return &o.Kind, nil
+			case "namespace":
+				return &o.Namespace, nil
+			case "name":
+				return &o.Name, nil
+			case "uid":
+				return &o.UID, nil
+			case "fieldPath":
+				return &o.FieldPath, nil
+			}
+		}
+	}
+	return nil, invalid("fieldSelector", "unknown field %q; selectable: %s", key, strings.Join(FieldSelectorKeys, ", "))
+}
