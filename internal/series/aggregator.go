@@ -1,0 +1,545 @@
+package series
+
+import (
+	"container/heap"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+)
+
+// Series states, as in events.k8s.io (the same strings as package event's).
+const (
+	StateOngoing  = "Ongoing"
+	StateFinished = "Finished"
+)
+
+// Outcome says what Observe did with an occurrence.
+type Outcome uint8
+
+// Outcomes. The zero Outcome is none of them.
+const (
+	// Created: the occurrence is stored as a new singleton event.
+	Created Outcome = iota + 1
+	// SeriesStarted: the occurrence turned a singleton into a series.
+	SeriesStarted
+	// Counted: the occurrence was counted into an ongoing series.
+	Counted
+	// Duplicate: the log position was already observed (a redelivery after a
+	// restore); the occurrence was ignored.
+	Duplicate
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Created:
+		return "created"
+	case SeriesStarted:
+		return "started"
+	case Counted:
+		return "counted"
+	case Duplicate:
+		return "duplicate"
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Reason says why a Write was emitted.
+type Reason uint8
+
+// Reasons, usable as indexes of Stats.Writes.
+const (
+	// ReasonCreated: the first occurrence, stored as a singleton.
+	ReasonCreated Reason = iota
+	// ReasonStarted: the second occurrence started a series (count 2).
+	ReasonStarted
+	// ReasonFlush: the count changed and FlushInterval passed.
+	ReasonFlush
+	// ReasonHeartbeat: Heartbeat passed without a write.
+	ReasonHeartbeat
+	// ReasonFinished: no occurrence for FinishAfter (or the count reached
+	// its int32 limit); state Finished.
+	ReasonFinished
+	// ReasonEvicted: finished early, state Finished, to make room for a new
+	// key at MaxActive.
+	ReasonEvicted
+	// NumReasons is the number of reasons.
+	NumReasons
+)
+
+var reasonNames = [NumReasons]string{"created", "started", "flush", "heartbeat", "finished", "evicted"}
+
+func (r Reason) String() string {
+	if r < NumReasons {
+		return reasonNames[r]
+	}
+	return "Reason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// MinuteCount is how many occurrences of a series fell in one minute.
+type MinuteCount struct {
+	// Start is the minute's first instant, UTC (log time).
+	Start time.Time
+	Count int32
+}
+
+// Write is one version of a stored event that the caller must publish.
+type Write struct {
+	Key    Key
+	Reason Reason
+	// Seq numbers the writes of one event uid: 1 for Created, 2 for
+	// SeriesStarted, then one more per write. See ID.
+	Seq uint32
+	// Event is the event to store, owned by the caller. A series write carries
+	// the first occurrence's uid, name and eventTime (and every other field)
+	// with the latest occurrence's note and Series {count, lastObservedTime,
+	// state}; a Created write is the occurrence itself, without series.
+	Event *eventgatev1.Event
+	// Minutes counts the occurrences folded since the previous write of the
+	// same uid, per minute of log time, in ascending order: over all writes of
+	// one uid they sum to its final count. Nil for a heartbeat.
+	Minutes []MinuteCount
+}
+
+// ID names the write uniquely and deterministically:
+// "<tenant type>/<tenant name>/<uid>/<seq>". Replaying the log from a
+// snapshot yields the same ID for the same content, so use it as the
+// Nats-Msg-Id of the publish and as the dedup key downstream.
+func (w Write) ID() string {
+	t := w.Event.GetTenant()
+	return t.GetType() + "/" + t.GetName() + "/" + w.Event.GetUid() + "/" + strconv.FormatUint(uint64(w.Seq), 10)
+}
+
+// Decision is what Observe did with one log entry.
+type Decision struct {
+	Outcome Outcome
+	// UID is the uid of the stored event the occurrence is now part of: its
+	// own for Created, the series' for SeriesStarted and Counted, empty for
+	// Duplicate.
+	UID string
+	// Writes to publish, in order: those of other series that fell due at this
+	// entry's log time, any series finished to make room for a new key, and
+	// finally this occurrence's own write (Created, SeriesStarted), if any.
+	Writes []Write
+}
+
+// Stats are the aggregator's counters, for metrics. Keys and Series are
+// gauges; the rest count since New or Restore.
+type Stats struct {
+	// Keys is the number of tracked keys: singletons plus ongoing series.
+	Keys int
+	// Series is the number of ongoing series.
+	Series int
+	// Occurrences observed (duplicates excluded).
+	Occurrences uint64
+	// Folded: occurrences counted into an ongoing series without a write of
+	// their own — the writes saved.
+	Folded uint64
+	// Duplicates: redelivered log entries ignored.
+	Duplicates uint64
+	// EvictedSingletons: singletons forgotten early at MaxActive (nothing is
+	// lost: they are stored; a later isomorphic event is a new singleton).
+	// Series finished early at MaxActive are Writes[ReasonEvicted].
+	EvictedSingletons uint64
+	// Writes emitted, by reason.
+	Writes [NumReasons]uint64
+}
+
+// TotalWrites is the number of writes emitted.
+func (s Stats) TotalWrites() uint64 {
+	var n uint64
+	for _, w := range s.Writes {
+		n += w
+	}
+	return n
+}
+
+// Aggregator folds one partition's occurrences into series. It is not safe
+// for concurrent use: one goroutine feeds it the partition's log in order.
+type Aggregator struct {
+	cfg                              Config
+	window, flush, heartbeat, finish int64 // nanoseconds
+	entries                          map[string]*entry
+	timers                           timers
+	singles                          list // singletons, oldest first
+	series                           list // ongoing series, least recently observed first
+	pos                              uint64
+	clock                            int64 // latest log time seen, unix ns
+	buf                              []byte
+	stats                            Stats
+}
+
+type kind uint8
+
+const (
+	singleton kind = iota
+	ongoing
+)
+
+// entry is one tracked key.
+type entry struct {
+	key       string
+	ev        *eventgatev1.Event // first occurrence, as passed to Observe; never modified
+	note      string             // latest occurrence's note
+	kind      kind
+	count     int32
+	last      int64    // log time of the latest occurrence
+	lastWrite int64    // log time of the latest write
+	seq       uint32   // writes emitted
+	pending   []minute // occurrences not yet written, ascending by minute
+	due       int64    // heap key: never later than dueOf(e)
+	idx       int      // index in Aggregator.timers, -1 if not there (singletons)
+	prev      *entry   // in Aggregator.singles or .series
+	next      *entry
+}
+
+type minute struct {
+	m int64 // unix minute
+	n int32
+}
+
+// New returns an empty Aggregator.
+func New(cfg Config) (*Aggregator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Aggregator{
+		cfg:       cfg,
+		window:    int64(cfg.Window),
+		flush:     int64(cfg.FlushInterval),
+		heartbeat: int64(cfg.Heartbeat),
+		finish:    int64(cfg.FinishAfter),
+		entries:   make(map[string]*entry),
+		clock:     math.MinInt64,
+	}, nil
+}
+
+// Config returns the configuration in use, defaults filled in.
+func (a *Aggregator) Config() Config { return a.cfg }
+
+// Position is the highest log position observed: resume the log after it.
+func (a *Aggregator) Position() uint64 { return a.pos }
+
+// Observe folds one occurrence: ev at log time at, log position pos.
+//
+// at is the durable log's timestamp of the entry (the same clock for every
+// replica), not ev's eventTime; a timestamp earlier than one already seen is
+// taken as the latest seen. pos must grow from entry to entry; an entry at or
+// below Position is a redelivery and is ignored (Outcome Duplicate).
+//
+// ev must be normalized, uid included. Observe may keep ev: the caller must
+// not modify it afterwards. ev.Series is ignored (the aggregator owns it);
+// events that arrive already aggregated by their emitter should bypass the
+// aggregator.
+func (a *Aggregator) Observe(ev *eventgatev1.Event, at time.Time, pos uint64) Decision {
+	if ev == nil {
+		panic("series: Observe of a nil event")
+	}
+	if pos <= a.pos {
+		a.stats.Duplicates++
+		return Decision{Outcome: Duplicate}
+	}
+	t := a.advance(at, pos)
+	ws := a.runDue(t, nil)
+	a.stats.Occurrences++
+
+	a.buf = appendKey(a.buf[:0], ev)
+	e := a.entries[string(a.buf)]
+	switch {
+	case e == nil:
+	case e.kind == singleton:
+		// Still tracked, so within Window: expired singletons were just
+		// forgotten by runDue. It joins the timers.
+		a.singles.remove(e)
+		a.series.pushBack(e)
+		e.kind = ongoing
+		e.count = 2
+		e.fold(ev, t)
+		ws = append(ws, a.write(e, ReasonStarted, t))
+		return Decision{Outcome: SeriesStarted, UID: e.ev.GetUid(), Writes: ws}
+	case e.count == math.MaxInt32:
+		// The stored count cannot grow: close this series, start anew.
+		ws = append(ws, a.write(e, ReasonFinished, t))
+		a.forget(e)
+	default:
+		e.count++
+		clean := len(e.pending) == 0
+		e.fold(ev, t)
+		a.series.moveToBack(e)
+		if clean {
+			// A changed count is due after FlushInterval, earlier than the
+			// heartbeat the entry was waiting for.
+			a.reschedule(e)
+		}
+		a.stats.Folded++
+		return Decision{Outcome: Counted, UID: e.ev.GetUid(), Writes: ws}
+	}
+
+	for len(a.entries) >= a.cfg.MaxActive {
+		ws = a.evict(t, ws)
+	}
+	e = &entry{key: string(a.buf), ev: ev, note: ev.GetNote(), kind: singleton, count: 1, last: t, idx: -1}
+	e.addMinute(t)
+	a.entries[e.key] = e
+	a.singles.pushBack(e)
+	ws = append(ws, a.write(e, ReasonCreated, t))
+	return Decision{Outcome: Created, UID: ev.GetUid(), Writes: ws}
+}
+
+// Tick advances the log clock to at, the log timestamp of a tick entry at
+// position pos (an entry that carries no occurrence), and returns the writes
+// due by then: flushes, heartbeats and finishes. A tick at or below Position
+// is a redelivery and returns nothing.
+func (a *Aggregator) Tick(at time.Time, pos uint64) []Write {
+	if pos <= a.pos {
+		a.stats.Duplicates++
+		return nil
+	}
+	return a.runDue(a.advance(at, pos), nil)
+}
+
+// NextDue is the log time at which the next write (flush, heartbeat or
+// finish) falls due, if any: when the wall clock passes it and nothing is
+// consumed meanwhile, put a tick in the log. (Singletons whose window closed
+// need no tick: the next entry forgets them.)
+func (a *Aggregator) NextDue() (time.Time, bool) {
+	for len(a.timers) > 0 {
+		e := a.timers[0]
+		if d := a.dueOf(e); d != e.due {
+			e.due = d
+			heap.Fix(&a.timers, 0)
+			continue
+		}
+		return time.Unix(0, e.due).UTC(), true
+	}
+	return time.Time{}, false
+}
+
+// Stats returns the counters.
+func (a *Aggregator) Stats() Stats {
+	s := a.stats
+	s.Keys = len(a.entries)
+	s.Series = a.series.n
+	return s
+}
+
+// advance moves the log clock and position to an entry's and returns the
+// entry's log time, never earlier than one seen before.
+func (a *Aggregator) advance(at time.Time, pos uint64) int64 {
+	a.pos = pos
+	t := at.UnixNano()
+	if t < a.clock {
+		t = a.clock
+	}
+	a.clock = t
+	return t
+}
+
+// dueOf is the log time at which series e needs its next write.
+func (a *Aggregator) dueOf(e *entry) int64 {
+	d := e.last + a.finish + 1 // a gap of exactly FinishAfter still continues it
+	if len(e.pending) > 0 {
+		return min(d, e.lastWrite+a.flush)
+	}
+	return min(d, e.lastWrite+a.heartbeat)
+}
+
+// runDue forgets the singletons whose window closed before t and handles
+// every series due at or before t, appending writes to ws. The writes of one
+// call are sorted by key, so that their order does not depend on the heap's
+// history: a restored aggregator emits the same sequence.
+func (a *Aggregator) runDue(t int64, ws []Write) []Write {
+	// Singletons are in log-time order (the clock never goes back); a gap of
+	// exactly Window still starts a series. They are stored: forgetting them
+	// writes nothing.
+	for e := a.singles.head; e != nil && t > e.last+a.window; e = a.singles.head {
+		a.forget(e)
+	}
+	start := len(ws)
+	for len(a.timers) > 0 {
+		e := a.timers[0]
+		if e.due > t {
+			break
+		}
+		if d := a.dueOf(e); d > t {
+			e.due = d
+			heap.Fix(&a.timers, 0)
+			continue
+		}
+		switch {
+		case t > e.last+a.finish:
+			ws = append(ws, a.write(e, ReasonFinished, t))
+			a.forget(e)
+		case len(e.pending) > 0:
+			ws = append(ws, a.write(e, ReasonFlush, t))
+		default:
+			ws = append(ws, a.write(e, ReasonHeartbeat, t))
+		}
+	}
+	if len(ws)-start > 1 {
+		slices.SortFunc(ws[start:], func(x, y Write) int { return strings.Compare(x.Key.s, y.Key.s) })
+	}
+	return ws
+}
+
+// evict makes room for one key: the oldest singleton is forgotten (it is
+// stored; nothing is lost), or, when every tracked key is a series, the least
+// recently observed series is finished with its exact count.
+func (a *Aggregator) evict(t int64, ws []Write) []Write {
+	if e := a.singles.head; e != nil {
+		a.forget(e)
+		a.stats.EvictedSingletons++
+		return ws
+	}
+	e := a.series.head
+	ws = append(ws, a.write(e, ReasonEvicted, t))
+	a.forget(e)
+	return ws
+}
+
+// fold records one more occurrence of e's key (count already updated).
+func (e *entry) fold(ev *eventgatev1.Event, t int64) {
+	e.note = ev.GetNote()
+	e.last = t
+	e.addMinute(t)
+}
+
+func (e *entry) addMinute(t int64) {
+	m := t / int64(time.Minute)
+	if t < 0 && t%int64(time.Minute) != 0 {
+		m-- // floor
+	}
+	if n := len(e.pending); n > 0 && e.pending[n-1].m == m {
+		e.pending[n-1].n++
+		return
+	}
+	e.pending = append(e.pending, minute{m: m, n: 1})
+}
+
+// write emits e's current state at log time t and reschedules e.
+func (a *Aggregator) write(e *entry, r Reason, t int64) Write {
+	e.seq++
+	ev := proto.Clone(e.ev).(*eventgatev1.Event)
+	ev.Note = e.note
+	ev.Series = nil
+	if e.kind == ongoing {
+		state := StateOngoing
+		if r == ReasonFinished || r == ReasonEvicted {
+			state = StateFinished
+		}
+		ev.Series = &eventgatev1.EventSeries{
+			Count:            e.count,
+			LastObservedTime: timestamppb.New(time.Unix(0, e.last).UTC()),
+			State:            state,
+		}
+	}
+	w := Write{Key: Key{e.key}, Reason: r, Seq: e.seq, Event: ev}
+	if len(e.pending) > 0 {
+		w.Minutes = make([]MinuteCount, len(e.pending))
+		for i, p := range e.pending {
+			w.Minutes[i] = MinuteCount{Start: time.Unix(p.m*60, 0).UTC(), Count: p.n}
+		}
+		e.pending = e.pending[:0]
+	}
+	e.lastWrite = t
+	a.stats.Writes[r]++
+	if e.kind == ongoing {
+		a.reschedule(e)
+	}
+	return w
+}
+
+// reschedule sets e's timer to its due time, adding it to the heap if new.
+func (a *Aggregator) reschedule(e *entry) {
+	e.due = a.dueOf(e)
+	if e.idx < 0 {
+		heap.Push(&a.timers, e)
+		return
+	}
+	heap.Fix(&a.timers, e.idx)
+}
+
+// forget stops tracking e.
+func (a *Aggregator) forget(e *entry) {
+	delete(a.entries, e.key)
+	if e.idx >= 0 {
+		heap.Remove(&a.timers, e.idx)
+	}
+	if e.kind == singleton {
+		a.singles.remove(e)
+	} else {
+		a.series.remove(e)
+	}
+}
+
+// timers is a min-heap of ongoing series by due.
+type timers []*entry
+
+func (h timers) Len() int           { return len(h) }
+func (h timers) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h timers) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx = i
+	h[j].idx = j
+}
+func (h *timers) Push(x any) {
+	e := x.(*entry)
+	e.idx = len(*h)
+	*h = append(*h, e)
+}
+func (h *timers) Pop() any {
+	old := *h
+	n := len(old) - 1
+	e := old[n]
+	old[n] = nil
+	*h = old[:n]
+	e.idx = -1
+	return e
+}
+
+// list is an intrusive doubly linked list of entries.
+type list struct {
+	head, tail *entry
+	n          int
+}
+
+func (l *list) pushBack(e *entry) {
+	e.prev, e.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = e
+	} else {
+		l.head = e
+	}
+	l.tail = e
+	l.n++
+}
+
+func (l *list) remove(e *entry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		l.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		l.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+	l.n--
+}
+
+func (l *list) moveToBack(e *entry) {
+	if l.tail == e {
+		return
+	}
+	l.remove(e)
+	l.pushBack(e)
+}
