@@ -18,8 +18,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -678,4 +680,61 @@ func TestDataSurvivesRestart(t *testing.T) {
 			t.Fatalf("resourceVersion after restart %s, want 3", r[0].ResourceVersion)
 		}
 	})
+}
+
+// rawCodec sends bytes as they are, to put undecodable requests on the wire.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*(v.(*[]byte)))}, nil
+}
+func (rawCodec) Unmarshal(d mem.BufferSlice, v any) error {
+	*(v.(*[]byte)) = d.Materialize()
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+// TestUndecodableRequests: bytes that are not a valid message (bad wire
+// format, invalid UTF-8 in a string) are InvalidArgument, not Internal, on
+// unary and streaming calls, and the gateway keeps serving.
+func TestUndecodableRequests(t *testing.T) {
+	tg := startGateway(t, nil)
+	var ev []byte
+	ev = protowire.AppendTag(ev, 9, protowire.BytesType) // reason
+	ev = protowire.AppendBytes(ev, []byte{0xff, 0xfe})
+	badEmit := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), ev)
+	badWatch := protowire.AppendBytes(protowire.AppendTag(nil, 5, protowire.BytesType), []byte{0xff, 0xfe}) // name
+	garbage := []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}
+	call := func(method string, req []byte, stream bool) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var out []byte
+		if !stream {
+			return tg.conn.Invoke(ctx, method, &req, &out, grpc.ForceCodecV2(rawCodec{}))
+		}
+		s, err := tg.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method, grpc.ForceCodecV2(rawCodec{}))
+		if err != nil {
+			return err
+		}
+		if err := s.SendMsg(&req); err != nil {
+			return err
+		}
+		_ = s.CloseSend()
+		return s.RecvMsg(&out)
+	}
+	for _, c := range []struct {
+		name, method string
+		req          []byte
+		stream       bool
+	}{
+		{"emit invalid utf-8", "/eventgate.v1.EventService/Emit", badEmit, false},
+		{"emit bad wire format", "/eventgate.v1.EventService/Emit", garbage, false},
+		{"watch invalid utf-8", "/eventgate.v1.EventService/StreamWatch", badWatch, true},
+		{"watch bad wire format", "/eventgate.v1.EventService/StreamWatch", garbage, true},
+	} {
+		if err := call(c.method, c.req, c.stream); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", c.name, err)
+		}
+	}
+	emit(t, tg.client, testEvent("Still", "Pod", "ns", "p"))
 }
