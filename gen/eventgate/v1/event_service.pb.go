@@ -37,6 +37,9 @@ const (
 	EmitOutcome_EMIT_OUTCOME_SERIES_STARTED EmitOutcome = 3
 	// Counted into an ongoing series.
 	EmitOutcome_EMIT_OUTCOME_SERIES_COUNTED EmitOutcome = 4
+	// Durable, but what it became (new event or part of a series) was not
+	// decided in time to say; it will be, exactly once.
+	EmitOutcome_EMIT_OUTCOME_ACCEPTED EmitOutcome = 5
 )
 
 // Enum value maps for EmitOutcome.
@@ -47,6 +50,7 @@ var (
 		2: "EMIT_OUTCOME_DUPLICATE",
 		3: "EMIT_OUTCOME_SERIES_STARTED",
 		4: "EMIT_OUTCOME_SERIES_COUNTED",
+		5: "EMIT_OUTCOME_ACCEPTED",
 	}
 	EmitOutcome_value = map[string]int32{
 		"EMIT_OUTCOME_UNSPECIFIED":    0,
@@ -54,6 +58,7 @@ var (
 		"EMIT_OUTCOME_DUPLICATE":      2,
 		"EMIT_OUTCOME_SERIES_STARTED": 3,
 		"EMIT_OUTCOME_SERIES_COUNTED": 4,
+		"EMIT_OUTCOME_ACCEPTED":       5,
 	}
 )
 
@@ -1337,13 +1342,14 @@ const file_eventgate_v1_event_service_proto_rawDesc = "" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12,\n" +
 	"\x06tenant\x18\x04 \x01(\v2\x14.eventgate.v1.TenantR\x06tenant\"8\n" +
 	"\vGetResponse\x12)\n" +
-	"\x05event\x18\x01 \x01(\v2\x13.eventgate.v1.EventR\x05event*\xa3\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x13.eventgate.v1.EventR\x05event*\xbe\x01\n" +
 	"\vEmitOutcome\x12\x1c\n" +
 	"\x18EMIT_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14EMIT_OUTCOME_CREATED\x10\x01\x12\x1a\n" +
 	"\x16EMIT_OUTCOME_DUPLICATE\x10\x02\x12\x1f\n" +
 	"\x1bEMIT_OUTCOME_SERIES_STARTED\x10\x03\x12\x1f\n" +
-	"\x1bEMIT_OUTCOME_SERIES_COUNTED\x10\x04*N\n" +
+	"\x1bEMIT_OUTCOME_SERIES_COUNTED\x10\x04\x12\x19\n" +
+	"\x15EMIT_OUTCOME_ACCEPTED\x10\x05*N\n" +
 	"\x05Order\x12\x15\n" +
 	"\x11ORDER_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ORDER_NEWEST_FIRST\x10\x01\x12\x16\n" +
