@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -114,17 +112,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 			if status.Code(err) != codes.Unauthenticated {
 				t.Errorf("Query with token %q: %v, want Unauthenticated", tok, err)
 			}
-			req, _ := http.NewRequest(http.MethodGet, tg.httpURL+"/v1/events", nil)
-			if tok != "" {
-				req.Header.Set("Authorization", "Bearer "+tok)
-			}
-			r, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.Body.Close()
-			if r.StatusCode != http.StatusUnauthorized {
-				t.Errorf("REST with token %q: %d, want 401", tok, r.StatusCode)
+			if code := restStatus(t, http.MethodGet, tg.httpURL+"/v1/events", tok, ""); code != http.StatusUnauthorized {
+				t.Errorf("REST with token %q: %d, want 401", tok, code)
 			}
 		}
 	})
@@ -155,15 +144,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 			t.Errorf("emit %d (%s into %v %s): %v, want %v", i, e.tok, e.tenant, e.obj.Kind, err, e.want)
 		}
 		body := fmt.Sprintf(`{"events":[%s]}`, mustJSON(t, ev))
-		req, _ := http.NewRequest(http.MethodPost, tg.httpURL+"/v1/events", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+e.tok)
-		r, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Body.Close()
-		if want := httpStatus(e.want); r.StatusCode != want {
-			t.Errorf("REST emit %d: %d, want %d", i, r.StatusCode, want)
+		if code, want := restStatus(t, http.MethodPost, tg.httpURL+"/v1/events", e.tok, body), httpStatus(e.want); code != want {
+			t.Errorf("REST emit %d: %d, want %d", i, code, want)
 		}
 	}
 
@@ -188,12 +170,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 					t.Errorf("deployer sees a %s event", e.Regarding.Kind)
 				}
 			}
-			var keys []string
-			for k := range got {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			if !slices.Equal(keys, want) {
+			if keys := sortedKeys(got); !slices.Equal(keys, want) {
 				t.Fatalf("sees tenants %q, want %q", keys, want)
 			}
 			// Get of every seed uid: found exactly when visible.
@@ -263,12 +240,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 					t.Errorf("deployer watched a %s event", r.Object.Regarding.Kind)
 				}
 			}
-			var keys []string
-			for k := range got {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			if !slices.Equal(keys, want) {
+			if keys := sortedKeys(got); !slices.Equal(keys, want) {
 				t.Fatalf("watch sees tenants %q, want %q", keys, want)
 			}
 		})

@@ -77,25 +77,11 @@ func TestJWTOnEveryPath(t *testing.T) {
 		if _, err := tg.client.Query(withToken(ctx, tok), &eventgatev1.QueryRequest{}); status.Code(err) != codes.Unauthenticated {
 			t.Errorf("%s JWT over gRPC: %v, want Unauthenticated", name, err)
 		}
-		req, _ := http.NewRequest(http.MethodGet, tg.httpURL+"/v1/events", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		r, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Body.Close()
-		if r.StatusCode != http.StatusUnauthorized {
-			t.Errorf("%s JWT over REST: %d, want 401", name, r.StatusCode)
+		if code := restStatus(t, http.MethodGet, tg.httpURL+"/v1/events", tok, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s JWT over REST: %d, want 401", name, code)
 		}
 	}
-	req, _ := http.NewRequest(http.MethodGet, tg.httpURL+"/v1/events?tenant.type=project&tenant.name=shop", nil)
-	req.Header.Set("Authorization", "Bearer "+valid)
-	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Body.Close()
-	if r.StatusCode != http.StatusOK {
-		t.Fatalf("valid JWT over REST: %d", r.StatusCode)
+	if code := restStatus(t, http.MethodGet, tg.httpURL+"/v1/events?tenant.type=project&tenant.name=shop", valid, ""); code != http.StatusOK {
+		t.Fatalf("valid JWT over REST: %d", code)
 	}
 }
