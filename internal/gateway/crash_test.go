@@ -46,11 +46,14 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func startProcess(t *testing.T, bin, dataDir string) *gatewayProcess {
+// startProcess runs the gateway binary on dataDir with extra flags and waits
+// until it is ready.
+func startProcess(t *testing.T, bin, dataDir string, extra ...string) *gatewayProcess {
 	t.Helper()
 	p := &gatewayProcess{grpcAddr: freeAddr(t), httpURL: "http://" + freeAddr(t)}
-	p.cmd = exec.Command(bin, "--data-dir", dataDir, "--grpc-addr", p.grpcAddr, "--http-addr", p.httpURL[len("http://"):],
-		"--ingest-batch-size", "500", "--ingest-batch-wait", "50ms", "--ingest-ack-wait", "3s", "--log-level", "warn")
+	args := append([]string{"--data-dir", dataDir, "--grpc-addr", p.grpcAddr, "--http-addr", p.httpURL[len("http://"):],
+		"--ingest-batch-size", "500", "--ingest-batch-wait", "50ms", "--ingest-ack-wait", "3s", "--log-level", "warn"}, extra...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

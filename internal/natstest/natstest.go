@@ -112,3 +112,34 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 	}
 }
+
+// StartServer starts one JetStream server on a loopback port, for several
+// gateways (or processes) to share. It is shut down when the test ends.
+func StartServer(t testing.TB) *server.Server {
+	t.Helper()
+	opts := &server.Options{
+		ServerName: "single",
+		Host:       "127.0.0.1",
+		Port:       -1,
+		JetStream:  true,
+		StoreDir:   t.TempDir(),
+		NoLog:      os.Getenv("NATSTEST_LOG") == "",
+		NoSigs:     true,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !opts.NoLog {
+		s.ConfigureLogger()
+	}
+	s.Start()
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	return s
+}
