@@ -106,9 +106,9 @@ func newIngestMetrics(reg prometheus.Registerer) *IngestMetrics {
 		ackFloor: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eventgate_clickhouse_ingest_ack_floor",
 			Help: "Stream sequence up to which every message is in ClickHouse."}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_clickhouse_ingest_errors_total",
-			Help: "Ingest errors by stage: fetch, decode (message terminated), insert (retried), ack, lag."}, []string{"stage"}),
+			Help: "Ingest errors by stage: fetch, decode (message terminated), minutes (per-minute header ignored), insert (retried), ack, lag."}, []string{"stage"}),
 	}
-	for _, s := range []string{"fetch", "decode", "insert", "ack", "lag"} {
+	for _, s := range []string{"fetch", "decode", "minutes", "insert", "ack", "lag"} {
 		m.errors.WithLabelValues(s)
 	}
 	if reg != nil {
@@ -317,7 +317,19 @@ func (in *Ingester) decode(msgs []jetstream.Msg) *batch {
 			in.reject(m, md.Sequence.Stream, err)
 			continue
 		}
-		b.rows = append(b.rows, Row{Seq: md.Sequence.Stream, Subject: m.Subject(), Event: ev, StoredAt: md.Timestamp, Raw: m.Data()})
+		row := Row{Seq: md.Sequence.Stream, Subject: m.Subject(), Event: ev, StoredAt: md.Timestamp, Raw: m.Data()}
+		if h := m.Headers(); h != nil {
+			row.WriteReason = h.Get(HeaderWriteReason)
+			if v := h.Get(HeaderSeriesMinutes); v != "" {
+				// A bad per-minute record does not lose the event: its
+				// occurrences count at its eventTime instead.
+				if row.Minutes, err = ParseSeriesMinutes(v); err != nil {
+					in.m.errors.WithLabelValues("minutes").Inc()
+					in.log.Warn("clickhouse ingest: per-minute record ignored", "seq", md.Sequence.Stream, "err", err)
+				}
+			}
+		}
+		b.rows = append(b.rows, row)
 		b.msgs = append(b.msgs, m)
 	}
 	if len(b.rows) == 0 {

@@ -55,6 +55,13 @@ var eventColumns = []column{
 	// The event exactly as published (deterministic protobuf, without
 	// resourceVersion): Query and Get decode it, so nothing is lost.
 	{"raw", "String", "CODEC(ZSTD(3))"},
+	// Why the intake wrote this version (its Eventgate-Write-Reason header;
+	// "" when absent) and the occurrences it adds per minute of log time
+	// (Eventgate-Series-Minutes), minute starts and counts in step. Not part
+	// of the event: analytics reads them (see analytics_schema.go).
+	{"write_reason", "LowCardinality(String)", ""},
+	{"minutes", "Array(DateTime('UTC'))", ""},
+	{"minute_counts", "Array(UInt32)", ""},
 }
 
 // sortKey orders the table. The tenant comes first (every query is scoped
@@ -152,6 +159,7 @@ var migrations = []migration{
 				"SETTINGS " + settings,
 		}
 	}},
+	{2, "analytics: series minutes, analytics_events, event_minutes", analyticsMigration},
 }
 
 // latestMigration is the schema version this build writes.

@@ -185,6 +185,14 @@ type Row struct {
 	// Raw, when set, is the event's encoding as published (event.Marshal)
 	// and is stored as is; otherwise Event is encoded with event.Marshal.
 	Raw []byte
+	// WriteReason is why the intake wrote this version (the
+	// Eventgate-Write-Reason header), "" when unknown.
+	WriteReason string
+	// Minutes are the occurrences this version adds per minute of log time
+	// (the Eventgate-Series-Minutes header): deltas since the uid's previous
+	// write. Nil when the message carried none. Analytics spreads a series'
+	// occurrences over them (see analytics.go).
+	Minutes []SeriesMinute
 }
 
 var zeroTime = time.Unix(0, 0).UTC()
@@ -271,7 +279,10 @@ func (s *Store) rowValues(r Row) ([]any, error) {
 		storedAt,
 		s.ttls.lookup(tt, tn),
 		string(raw),
+		r.WriteReason,
 	}
+	starts, counts := minuteColumns(r.Minutes)
+	v = append(v, starts, counts)
 	if len(v) != len(eventColumns) {
 		panic("clickhouse: rowValues does not match eventColumns")
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/intake"
 	"github.com/eventgate/eventgate/internal/jetstream"
 )
 
@@ -34,6 +35,12 @@ type Config struct {
 	DataDir string `yaml:"dataDir"`
 	// NATS says where JetStream is and how the stream is kept.
 	NATS jetstream.Config `yaml:"nats"`
+	// Series turns on server-side event series (the KEP's dedup), done in
+	// the intake: every occurrence is logged durably, then aggregated by the
+	// replica that owns its partition.
+	Series bool `yaml:"series"`
+	// Intake tunes the intake log and the series aggregation.
+	Intake intake.Config `yaml:"intake"`
 	// Auth configures authentication; nothing configured means loopback only.
 	Auth authz.Config `yaml:"auth"`
 	// TLS serves gRPC and HTTP over TLS when both files are set.
@@ -81,6 +88,8 @@ func Default() Config {
 		NATS:              jetstream.DefaultConfig(),
 		ClickHouse:        clickhouse.DefaultConfig(),
 		ReadyMaxIngestLag: time.Minute,
+		Series:            true,
+		Intake:            intake.DefaultConfig(),
 		Events:            event.DefaultLimits(),
 		MaxBatch:          1000,
 		MaxRequestBytes:   4 << 20,
@@ -108,6 +117,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.Events.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Series {
+		if err := c.Intake.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("intake: %w", err))
+		}
 	}
 	if err := c.ClickHouse.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("clickhouse: %w", err))
@@ -169,6 +183,14 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.Int64Var(&c.NATS.MaxBytes, "stream-max-bytes", c.NATS.MaxBytes, "stream size limit in bytes (-1: unbounded)")
 	fs.DurationVar(&c.NATS.Duplicates, "stream-duplicates", c.NATS.Duplicates, "window in which a retried idempotency key is not stored twice")
 	fs.IntVar(&c.NATS.Replicas, "stream-replicas", c.NATS.Replicas, "stream replicas (3 in a NATS cluster)")
+	fs.BoolVar(&c.Series, "series", c.Series, "aggregate isomorphic repeats into event series on the server")
+	fs.IntVar(&c.Intake.Partitions, "intake-partitions", c.Intake.Partitions, "partitions of the intake log; each is aggregated by one replica at a time")
+	fs.DurationVar(&c.Intake.DecisionTimeout, "intake-decision-timeout", c.Intake.DecisionTimeout, "how long Emit waits to say what an accepted event became")
+	fs.DurationVar(&c.Intake.Series.Window, "series-window", c.Intake.Series.Window, "a second isomorphic event within this gap starts a series (default 6m)")
+	fs.DurationVar(&c.Intake.Series.FlushInterval, "series-flush-interval", c.Intake.Series.FlushInterval, "an ongoing series' stored event is refreshed at most this often (default 30s)")
+	fs.DurationVar(&c.Intake.Series.Heartbeat, "series-heartbeat", c.Intake.Series.Heartbeat, "an ongoing series is rewritten at least this often (default 5m)")
+	fs.DurationVar(&c.Intake.Series.FinishAfter, "series-finish-after", c.Intake.Series.FinishAfter, "a series with no occurrence for this long is finished (default 6m)")
+	fs.IntVar(&c.Intake.Series.MaxActive, "series-max-active", c.Intake.Series.MaxActive, "most keys tracked at once per partition (default 100000)")
 	fs.StringVar(&c.Auth.TokensFile, "auth-tokens-file", c.Auth.TokensFile, "YAML file of principals, their grants and hashed bearer tokens")
 	fs.StringVar(&c.Auth.JWT.KeysFile, "auth-jwt-keys-file", c.Auth.JWT.KeysFile, "JWKS file of keys that sign accepted JWTs")
 	fs.StringVar(&c.Auth.JWT.KeysURL, "auth-jwt-keys-url", c.Auth.JWT.KeysURL, "https URL of a JWKS of keys that sign accepted JWTs")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -336,7 +337,8 @@ func TestIdempotentRetry(t *testing.T) {
 	}
 	for i := range first.Results {
 		f, a := first.Results[i], again.Results[i]
-		if f.Uid != a.Uid || f.ResourceVersion != a.ResourceVersion || a.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE {
+		// A duplicate names the stored event; the stream position is the first answer's.
+		if f.Uid != a.Uid || a.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE {
 			t.Fatalf("retry result %v, first %v", a, f)
 		}
 	}
@@ -350,7 +352,7 @@ func TestIdempotentRetry(t *testing.T) {
 	a := emit(t, tg.client, ev("a"))[0]
 	b := emit(t, tg.client, ev("a"))[0]
 	c := emit(t, tg.client, ev("b"))[0]
-	if b.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE || b.ResourceVersion != a.ResourceVersion {
+	if b.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE || b.Uid != a.Uid {
 		t.Fatalf("uid retry %v, first %v", b, a)
 	}
 	if c.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED {
@@ -485,10 +487,13 @@ func TestWatchFilters(t *testing.T) {
 	// emitting a final marker only the catch-all sees.
 	for i, w := range watches {
 		got := recvN(t, streams[i], len(w.want))
+		// Events of different objects may be stored in any order (each
+		// series key has its own intake partition); compare them as sets.
 		var reasons []string
 		for _, r := range got {
 			reasons = append(reasons, r.Object.Reason)
 		}
+		slices.Sort(reasons)
 		if diff := cmp.Diff(w.want, reasons); diff != "" {
 			t.Errorf("watch %d (%v): (-want +got)\n%s", i, w.req, diff)
 		}
@@ -673,8 +678,8 @@ func TestDataSurvivesRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := recvN(t, w, 2)
-		if got[0].Object.Reason != "A" || got[1].Object.Reason != "B" {
-			t.Fatalf("after restart the stream holds %v, %v", got[0].Object.Reason, got[1].Object.Reason)
+		if r := []string{got[0].Object.Reason, got[1].Object.Reason}; !slices.Contains(r, "A") || !slices.Contains(r, "B") {
+			t.Fatalf("after restart the stream holds %v", r)
 		}
 		if r := emit(t, tg.client, testEvent("C", "Pod", "ns", "c")); r[0].ResourceVersion != "3" {
 			t.Fatalf("resourceVersion after restart %s, want 3", r[0].ResourceVersion)

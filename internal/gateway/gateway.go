@@ -42,6 +42,7 @@ import (
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/intake"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/service"
 	"github.com/eventgate/eventgate/internal/telemetry"
@@ -75,6 +76,7 @@ type Gateway struct {
 
 	store  *clickhouse.Store
 	ingest *clickhouse.Ingester
+	intake *intake.Intake
 
 	tp       trace.TracerProvider
 	shutdown []func(context.Context) error // run in reverse order
@@ -159,11 +161,23 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		return nil, err
 	}
 
+	var in service.Intake
+	if cfg.Series {
+		icfg := cfg.Intake
+		icfg.EventsStream = cfg.NATS.Stream
+		icfg.Replicas = cfg.NATS.Replicas
+		if g.intake, err = intake.Start(ctx, g.nc, g.js, icfg, log, g.registry); err != nil {
+			return nil, err
+		}
+		in = g.intake
+	}
 	events := service.NewEvents(service.EventsConfig{
 		Normalizer:  event.Normalizer{Limits: cfg.Events},
 		MaxBatch:    cfg.MaxBatch,
 		WatchBuffer: cfg.WatchBuffer,
+		Intake:      in,
 	}, ejs.NewPublisher(g.js, cfg.NATS.Stream), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))
+	analytics := service.NewAnalytics(g.store, g.ingest, log)
 
 	auth, err := authz.New(cfg.Auth, log, g.registry)
 	if err != nil {
@@ -192,6 +206,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		}, extra...)
 		srv := grpc.NewServer(opts...)
 		eventgatev1.RegisterEventServiceServer(srv, events)
+		eventgatev1.RegisterAnalyticsServiceServer(srv, analytics)
 		healthpb.RegisterHealthServer(srv, g.health)
 		reflection.Register(srv)
 		grpcMetrics.InitializeMetrics(srv)
@@ -308,6 +323,15 @@ func (g *Gateway) Close() {
 	g.closeOnce.Do(func() {
 		if g.hub != nil {
 			g.hub.Stop()
+		}
+		if g.intake != nil {
+			// Checkpoint the partitions this replica owns so another takes
+			// them over without replaying much.
+			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
+			if err := g.intake.Stop(ctx); err != nil {
+				g.log.Warn("intake stop", "err", err)
+			}
+			cancel()
 		}
 		if g.ingest != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)

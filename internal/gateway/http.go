@@ -59,6 +59,9 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 	if err := eventgatev1.RegisterEventServiceHandlerClient(ctx, gw, client); err != nil {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
+	if err := eventgatev1.RegisterAnalyticsServiceHandlerClient(ctx, gw, eventgatev1.NewAnalyticsServiceClient(g.proxy)); err != nil {
+		return nil, fmt.Errorf("rest gateway: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -435,8 +435,9 @@ func (a *Aggregator) write(e *entry, r Reason, t int64) Write {
 			state = StateFinished
 		}
 		ev.Series = &eventgatev1.EventSeries{
-			Count:            e.count,
-			LastObservedTime: timestamppb.New(time.Unix(0, e.last).UTC()),
+			Count: e.count,
+			// Kubernetes' MicroTime: microsecond precision.
+			LastObservedTime: timestamppb.New(time.Unix(0, e.last).UTC().Truncate(time.Microsecond)),
 			State:            state,
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/intake"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/subject"
 )
@@ -39,11 +40,20 @@ type Watcher interface {
 	Watch(ctx context.Context, o ejs.WatchOptions, send func(ejs.Item) error) error
 }
 
+// Intake logs occurrences durably and aggregates isomorphic repeats into
+// series before they reach the events stream.
+type Intake interface {
+	Submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string) ([]intake.Result, error)
+}
+
 // EventsConfig configures the EventService.
 type EventsConfig struct {
 	Normalizer  event.Normalizer
 	MaxBatch    int
 	WatchBuffer int
+	// Intake, when set, takes every emitted event (server-side series);
+	// otherwise events are published to the events stream as they are.
+	Intake Intake
 }
 
 // Events implements eventgate.v1.EventService.
@@ -223,6 +233,9 @@ func (s *Events) startEmit(ctx context.Context, evs []*eventgatev1.Event, def *e
 			return nil, fmt.Errorf("events[%d]: %w", i, err)
 		}
 	}
+	if s.cfg.Intake != nil {
+		return s.startIntake(ctx, evs, callerUID, idemKey), nil
+	}
 	msgs := make([]*nats.Msg, len(evs))
 	for i, ev := range evs {
 		data, err := event.Marshal(ev)
@@ -281,6 +294,47 @@ func principal(ctx context.Context) (*authz.Principal, error) {
 		return nil, authz.ErrUnauthenticated
 	}
 	return p, nil
+}
+
+// startIntake hands a validated batch to the intake; wait returns once every
+// event is durable, with what each became when the owners decided in time.
+func (s *Events) startIntake(ctx context.Context, evs []*eventgatev1.Event, callerUID []bool, idemKey string) func() ([]*eventgatev1.EmitResult, error) {
+	ids := make([]string, len(evs))
+	for i, ev := range evs {
+		ids[i] = event.MsgID(ev, callerUID[i], idemKey)
+	}
+	type outcome struct {
+		res []intake.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := s.cfg.Intake.Submit(ctx, evs, ids)
+		done <- outcome{res, err}
+	}()
+	return func() ([]*eventgatev1.EmitResult, error) {
+		o := <-done
+		if o.err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, o.err)
+		}
+		results := make([]*eventgatev1.EmitResult, len(evs))
+		for i, r := range o.res {
+			er := &eventgatev1.EmitResult{Uid: r.UID, SeriesUid: r.SeriesUID, Outcome: r.Outcome}
+			if r.ResourceVersion > 0 {
+				er.ResourceVersion = strconv.FormatUint(r.ResourceVersion, 10)
+			}
+			switch r.Outcome {
+			case eventgatev1.EmitOutcome_EMIT_OUTCOME_UNSPECIFIED:
+				er.Outcome = eventgatev1.EmitOutcome_EMIT_OUTCOME_ACCEPTED
+				er.Uid = evs[i].Uid
+			case eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED:
+				er.Name = evs[i].Name
+			}
+			s.metrics.emitted.WithLabelValues(er.Outcome.String()).Inc()
+			results[i] = er
+		}
+		return results, nil
+	}
 }
 
 // Watch event types, as Kubernetes names them.

@@ -1,0 +1,466 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/series"
+)
+
+// Errors of Submit.
+var (
+	// ErrNotDurable: some occurrences of the batch may not be in the intake
+	// log. Retry the batch with the same message ids: those already logged
+	// are deduplicated (Outcome DUPLICATE).
+	ErrNotDurable = errors.New("occurrences not durably logged")
+	// ErrStopped: the intake is stopping.
+	ErrStopped = errors.New("intake stopped")
+)
+
+// Result says what became of one submitted occurrence.
+type Result struct {
+	// Outcome: CREATED, SERIES_STARTED, SERIES_COUNTED, DUPLICATE (a retry
+	// of a message id logged before: logged once, decided for the first
+	// Submit), or EMIT_OUTCOME_UNSPECIFIED when the occurrence is durable in
+	// the intake log but its owner's decision did not arrive within
+	// DecisionTimeout. It will be aggregated all the same.
+	Outcome eventgatev1.EmitOutcome
+	// UID of the stored event the occurrence is part of: its own for
+	// CREATED, the series' for SERIES_STARTED and SERIES_COUNTED; the
+	// occurrence's own uid otherwise.
+	UID string
+	// SeriesUID is the series' uid for SERIES_STARTED and SERIES_COUNTED.
+	SeriesUID string
+	// ResourceVersion is the events stream sequence of the write the
+	// occurrence caused (CREATED, SERIES_STARTED); 0 when it was only
+	// counted or is undecided.
+	ResourceVersion uint64
+}
+
+// Stats are the intake's counters: gauges over the partitions this replica
+// owns now, counters since Start (entries replayed after a takeover are
+// counted again).
+type Stats struct {
+	OwnedPartitions int
+	// ActiveSeries: ongoing series; TrackedKeys adds singletons that may
+	// still start one.
+	ActiveSeries int
+	TrackedKeys  int
+	// Occurrences aggregated (duplicates excluded).
+	Occurrences uint64
+	// Folded: occurrences counted into a series without a write of their
+	// own — the writes saved.
+	Folded uint64
+	// Duplicates: log entries an owner skipped as already folded.
+	Duplicates uint64
+	// EvictedSingletons: singletons forgotten early at the series cap.
+	EvictedSingletons uint64
+	// Writes to the events stream by the aggregation, by reason;
+	// ClientWrites: events stored as their emitter aggregated them.
+	Writes       [series.NumReasons]uint64
+	ClientWrites uint64
+	// Takeovers: partitions restored from their checkpoint by this replica.
+	Takeovers uint64
+	// Resyncs: consumer rewinds and checkpoint restores after a gap, a
+	// failed write or a lost compare-and-set.
+	Resyncs     uint64
+	Checkpoints uint64
+	Ticks       uint64
+}
+
+// WritesSaved is the number of writes the aggregation saved.
+func (s Stats) WritesSaved() uint64 { return s.Folded }
+
+// TotalWrites is the number of writes to the events stream.
+func (s Stats) TotalWrites() uint64 {
+	n := s.ClientWrites
+	for _, w := range s.Writes {
+		n += w
+	}
+	return n
+}
+
+// Intake logs occurrences durably by series key and aggregates each
+// partition of the log in the one replica that owns it. See the package
+// documentation.
+type Intake struct {
+	cfg     Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	m       *metrics
+	store   *store
+	stream  jetstream.Stream
+	parts   []*partition
+	inbox   string
+	sub     *nats.Subscription
+	msub    *nats.Subscription
+	members *members
+	waitMax time.Duration // longest pull request
+
+	mu       sync.Mutex
+	calls    map[uint64]*call
+	nextCall uint64
+
+	statsMu sync.Mutex
+	stats   Stats
+
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stopped  chan struct{}
+	stopOnce sync.Once
+	stopCtx  atomic.Pointer[context.Context]
+	wg       sync.WaitGroup
+	errMu    sync.Mutex
+	stopErrs []error
+}
+
+// Start ensures the intake stream, the partitions' consumers and the
+// checkpoint bucket, and starts competing for every partition. The events
+// stream must exist. reg may be nil.
+func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Intake, error) {
+	return start(ctx, nc, js, cfg, log, reg, 0)
+}
+
+// start is Start with the checkpoint chunk size forced (tests), or derived
+// from the connection's maximum payload when 0.
+func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, log *slog.Logger, reg prometheus.Registerer, chunk int) (*Intake, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "intake")
+	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.Stream,
+		Description: "eventgate intake: every accepted occurrence, partitioned by series key, until its partition's owner checkpoints",
+		Subjects:    []string{cfg.SubjectPrefix + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      cfg.MaxAge,
+		Duplicates:  cfg.Duplicates,
+		Replicas:    cfg.Replicas,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure intake stream %s: %w", cfg.Stream, err)
+	}
+	es, err := js.Stream(ctx, cfg.EventsStream)
+	if err != nil {
+		return nil, fmt.Errorf("events stream %s: %w", cfg.EventsStream, err)
+	}
+	if need := cfg.CheckpointInterval + 3*cfg.PinnedTTL + 10*time.Second; es.CachedInfo().Config.Duplicates < need {
+		log.Warn("the events stream's duplicate window is shorter than a checkpoint interval plus a takeover: writes replayed after a takeover may be stored twice",
+			"stream", cfg.EventsStream, "duplicates", es.CachedInfo().Config.Duplicates, "want", need)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "eventgate series: one checkpoint per intake partition",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure checkpoint bucket %s: %w", cfg.Bucket, err)
+	}
+	if chunk <= 0 {
+		chunk = 512 << 10
+		if mp := int(nc.MaxPayload()); mp > 0 {
+			chunk = min(chunk, mp/2)
+		}
+	}
+	in := &Intake{
+		cfg:     cfg,
+		nc:      nc,
+		js:      js,
+		log:     log,
+		m:       newMetrics(reg),
+		store:   &store{kv: kv, js: js, bucket: cfg.Bucket, chunkSize: chunk},
+		stream:  st,
+		inbox:   nc.NewInbox(),
+		calls:   make(map[uint64]*call),
+		stopped: make(chan struct{}),
+		waitMax: min(time.Second, cfg.PinnedTTL/4),
+		members: newMembers(cfg.Stream, min(time.Second, cfg.PinnedTTL/4)),
+	}
+	if err := in.store.checkMeta(ctx, cfg.Partitions); err != nil {
+		return nil, err
+	}
+	for p := 0; p < cfg.Partitions; p++ {
+		cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:        consumerName(p),
+			Description:    "series aggregation of intake partition " + strconv.Itoa(p) + ": one pinned replica owns it",
+			FilterSubject:  cfg.subject(p),
+			DeliverPolicy:  jetstream.DeliverAllPolicy,
+			AckPolicy:      jetstream.AckNonePolicy,
+			PriorityPolicy: jetstream.PriorityPolicyPinned,
+			PriorityGroups: []string{ownerGroup},
+			PinnedTTL:      cfg.PinnedTTL,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("ensure intake consumer %d: %w", p, err)
+		}
+		in.parts = append(in.parts, newPartition(in, p, cons))
+	}
+	in.sub, err = nc.Subscribe(in.inbox+".*", in.onDecisions)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe decisions: %w", err)
+	}
+	in.msub, err = nc.Subscribe(in.members.subject, in.members.onAnnounce)
+	if err != nil {
+		_ = in.sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe members: %w", err)
+	}
+	in.ctx, in.cancel = context.WithCancel(context.Background())
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		in.members.announce(in.ctx, nc)
+	}()
+	for _, pt := range in.parts {
+		in.wg.Add(1)
+		go func() {
+			defer in.wg.Done()
+			pt.run(in.ctx)
+		}()
+	}
+	log.Info("intake started", "stream", cfg.Stream, "partitions", cfg.Partitions, "bucket", cfg.Bucket)
+	return in, nil
+}
+
+// Stop checkpoints the partitions this replica owns, releases them to the
+// other replicas and stops. Submits still waiting for decisions return what
+// they have. Stop does not close the NATS connection.
+func (in *Intake) Stop(ctx context.Context) error {
+	var errs []error
+	in.stopOnce.Do(func() {
+		in.stopCtx.Store(&ctx)
+		close(in.stopped)
+		in.cancel()
+		if !in.nc.IsClosed() {
+			in.members.leave(in.nc)
+		}
+		done := make(chan struct{})
+		go func() {
+			in.wg.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("intake stop: %w", ctx.Err()))
+		}
+		in.errMu.Lock()
+		errs = append(errs, in.stopErrs...)
+		in.errMu.Unlock()
+		for _, sub := range []*nats.Subscription{in.sub, in.msub} {
+			if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				errs = append(errs, err)
+			}
+		}
+		in.log.Info("intake stopped")
+	})
+	return errors.Join(errs...)
+}
+
+func (in *Intake) stopFailed(err error) {
+	in.errMu.Lock()
+	in.stopErrs = append(in.stopErrs, err)
+	in.errMu.Unlock()
+}
+
+// Stats returns the counters.
+func (in *Intake) Stats() Stats {
+	in.statsMu.Lock()
+	s := in.stats
+	in.statsMu.Unlock()
+	for _, pt := range in.parts {
+		if pt.owned.Load() {
+			s.OwnedPartitions++
+		}
+		s.ActiveSeries += int(pt.nseries.Load())
+		s.TrackedKeys += int(pt.nkeys.Load())
+	}
+	return s
+}
+
+func (in *Intake) addStats(f func(*Stats)) {
+	in.statsMu.Lock()
+	f(&in.stats)
+	in.statsMu.Unlock()
+}
+
+// Config returns the configuration in use, defaults filled in.
+func (in *Intake) Config() Config { return in.cfg }
+
+// Partition returns the intake partition of ev's series key.
+func (in *Intake) Partition(ev *eventgatev1.Event) int {
+	return int(series.KeyOf(ev).Hash() % uint64(in.cfg.Partitions))
+}
+
+// call is one Submit waiting for its decisions.
+type call struct {
+	mu        sync.Mutex
+	results   []Result
+	got       []bool
+	remaining int
+	done      chan struct{}
+}
+
+func (c *call) set(i int, r Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i < 0 || i >= len(c.got) || c.got[i] {
+		return // a replayed decision, or garbage
+	}
+	c.got[i] = true
+	c.results[i] = r
+	c.remaining--
+	if c.remaining == 0 {
+		close(c.done)
+	}
+}
+
+var propagator = propagation.TraceContext{}
+
+// Submit logs evs durably in the intake, then waits (at most
+// DecisionTimeout) for their owners' decisions. evs must be validated and
+// normalized (uid and eventTime set); Submit does not modify them. msgIDs
+// is nil or parallel to evs: msgIDs[i], when not empty, deduplicates a retry
+// of evs[i] within the intake's duplicate window. The trace context of ctx
+// travels with each occurrence to the write it causes.
+//
+// An error means some occurrences may not be logged: retry with the same
+// message ids. Without an error every occurrence is durable and will be
+// aggregated exactly once, whatever its Outcome says.
+func (in *Intake) Submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string) ([]Result, error) {
+	if msgIDs != nil && len(msgIDs) != len(evs) {
+		return nil, fmt.Errorf("submit: %d message ids for %d events", len(msgIDs), len(evs))
+	}
+	select {
+	case <-in.stopped:
+		return nil, ErrStopped
+	default:
+	}
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	for i, ev := range evs {
+		if ev == nil {
+			return nil, fmt.Errorf("submit: events[%d] is nil", i)
+		}
+	}
+	c := &call{results: make([]Result, len(evs)), got: make([]bool, len(evs)), remaining: len(evs), done: make(chan struct{})}
+	in.mu.Lock()
+	in.nextCall++
+	id := in.nextCall
+	in.calls[id] = c
+	in.mu.Unlock()
+	defer func() {
+		in.mu.Lock()
+		delete(in.calls, id)
+		in.mu.Unlock()
+	}()
+	reply := in.inbox + "." + strconv.FormatUint(id, 36)
+
+	futs := make([]jetstream.PubAckFuture, len(evs))
+	for i, ev := range evs {
+		data, err := event.Marshal(ev)
+		if err != nil {
+			return nil, fmt.Errorf("submit: events[%d]: %w", i, err)
+		}
+		m := nats.NewMsg(in.cfg.subject(in.Partition(ev)))
+		m.Data = data
+		m.Header.Set(HeaderReply, reply)
+		m.Header.Set(HeaderIndex, strconv.Itoa(i))
+		if msgIDs != nil && msgIDs[i] != "" {
+			m.Header.Set(jetstream.MsgIDHeader, msgIDs[i])
+		}
+		propagator.Inject(ctx, propagation.HeaderCarrier(m.Header))
+		if futs[i], err = in.js.PublishMsgAsync(m, jetstream.WithExpectStream(in.cfg.Stream)); err != nil {
+			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, i, err)
+		}
+	}
+	for i, f := range futs {
+		select {
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				c.set(i, Result{Outcome: eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE, UID: evs[i].GetUid()})
+			}
+		case err := <-f.Err():
+			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, i, err)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrNotDurable, ctx.Err())
+		}
+	}
+	t := time.NewTimer(in.cfg.DecisionTimeout)
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-in.stopped:
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Result, len(evs))
+	for i := range out {
+		if c.got[i] {
+			out[i] = c.results[i]
+		} else {
+			out[i] = Result{Outcome: eventgatev1.EmitOutcome_EMIT_OUTCOME_UNSPECIFIED, UID: evs[i].GetUid()}
+		}
+		in.m.submitted.WithLabelValues(out[i].Outcome.String()).Inc()
+	}
+	return out, nil
+}
+
+// onDecisions delivers an owner's decisions to the Submit waiting for them.
+func (in *Intake) onDecisions(m *nats.Msg) {
+	i := strings.LastIndexByte(m.Subject, '.')
+	id, err := strconv.ParseUint(m.Subject[i+1:], 36, 64)
+	if err != nil {
+		return
+	}
+	in.mu.Lock()
+	c := in.calls[id]
+	in.mu.Unlock()
+	if c == nil {
+		return // a replayed decision, or the Submit gave up
+	}
+	if err := parseDecisions(m.Data, func(d decision) {
+		r := Result{UID: d.uid, ResourceVersion: d.rv}
+		switch d.outcome {
+		case series.Created:
+			r.Outcome = eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED
+		case series.SeriesStarted:
+			r.Outcome = eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_STARTED
+			r.SeriesUID = d.uid
+		case series.Counted:
+			r.Outcome = eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_COUNTED
+			r.SeriesUID = d.uid
+		default:
+			return
+		}
+		c.set(int(d.index), r)
+	}); err != nil {
+		in.log.Warn("malformed decisions", "subject", m.Subject, "err", err)
+	}
+}

@@ -1,0 +1,157 @@
+package intake
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// pipeline carries one ownership epoch's publishes to the events stream and
+// its decisions: a goroutine waits for each publish acknowledgement in
+// order, counts them for checkpoints, and sends each decision once the
+// write it depends on is acknowledged, batched per Submit.
+type pipeline struct {
+	nc    *nats.Conn
+	items chan item
+	done  chan struct{}
+
+	issued uint64 // publishes handed over; the owner's goroutine only
+
+	mu       sync.Mutex
+	acked    uint64
+	err      error
+	progress chan struct{} // closed and replaced at every change of acked or err
+}
+
+// item is a publish to wait for, a decision to send, or both (a decision
+// that depends on the publish).
+type item struct {
+	fut    jetstream.PubAckFuture
+	reply  string
+	dec    decision
+	hasDec bool
+}
+
+// futureTimeout bounds the wait for one acknowledgement, in case the client
+// never resolves it.
+const futureTimeout = 30 * time.Second
+
+// maxDecisionBytes bounds one decisions message.
+const maxDecisionBytes = 32 << 10
+
+func newPipeline(nc *nats.Conn) *pipeline {
+	p := &pipeline{
+		nc:       nc,
+		items:    make(chan item, 4096),
+		done:     make(chan struct{}),
+		progress: make(chan struct{}),
+	}
+	go p.run()
+	return p
+}
+
+// add queues it; the owner's goroutine only.
+func (p *pipeline) add(it item) {
+	if it.fut != nil {
+		p.issued++
+	}
+	p.items <- it
+}
+
+// close lets the pipeline finish what it has and end.
+func (p *pipeline) close() { close(p.items) }
+
+// waitAcked waits until every publish issued so far is acknowledged, or
+// one failed.
+func (p *pipeline) waitAcked(ctx context.Context) error {
+	n := p.issued
+	for {
+		p.mu.Lock()
+		err, acked, ch := p.err, p.acked, p.progress
+		p.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if acked >= n {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (p *pipeline) settle(err error) {
+	p.mu.Lock()
+	if err != nil {
+		if p.err == nil {
+			p.err = err
+		}
+	} else {
+		p.acked++
+	}
+	close(p.progress)
+	p.progress = make(chan struct{})
+	p.mu.Unlock()
+}
+
+func (p *pipeline) run() {
+	defer close(p.done)
+	groups := make(map[string][]byte)
+	flush := func(reply string) {
+		if b := groups[reply]; len(b) > 0 {
+			// At most once: a lost decision leaves the Submit undecided.
+			_ = p.nc.Publish(reply, b)
+		}
+		delete(groups, reply)
+	}
+	flushAll := func() {
+		for r := range groups {
+			flush(r)
+		}
+	}
+	for {
+		var it item
+		var ok bool
+		if len(groups) > 0 {
+			select {
+			case it, ok = <-p.items:
+			default:
+				flushAll()
+				continue
+			}
+		} else {
+			it, ok = <-p.items
+		}
+		if !ok {
+			flushAll()
+			return
+		}
+		if it.fut != nil {
+			t := time.NewTimer(futureTimeout)
+			select {
+			case ack := <-it.fut.Ok():
+				p.settle(nil)
+				it.dec.rv = ack.Sequence
+			case err := <-it.fut.Err():
+				p.settle(err)
+				it.hasDec = false // the write is not stored: no decision
+			case <-t.C:
+				p.settle(context.DeadlineExceeded)
+				it.hasDec = false
+			}
+			t.Stop()
+		}
+		if it.hasDec && it.reply != "" {
+			groups[it.reply] = appendDecision(groups[it.reply], it.dec)
+			if len(groups[it.reply]) >= maxDecisionBytes {
+				flush(it.reply)
+			}
+		}
+	}
+}

@@ -1,0 +1,216 @@
+package intake
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/eventgate/eventgate/internal/series"
+)
+
+func newTestStore(t *testing.T, chunk int) *store {
+	t.Helper()
+	ns := startServer(t)
+	_, js := connect(t, ns, "", "store")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "snap", History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &store{kv: kv, js: js, bucket: "snap", chunkSize: chunk}
+}
+
+func chunkKeys(t *testing.T, s *store) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := s.kv.ListKeysFiltered(ctx, "chunk.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// TestStore checks the checkpoint store: chunked and inline snapshots read
+// back intact, a stale compare-and-set is fenced, superseded chunks are
+// purged, and a head whose chunks are gone reads as fenced.
+func TestStore(t *testing.T) {
+	s := newTestStore(t, 64)
+	ctx := context.Background()
+	big := bytes.Repeat([]byte("0123456789"), 30) // 5 chunks
+	small := []byte("small")
+
+	snap, _, rev, err := s.load(ctx, 1)
+	if snap != nil || rev != 0 || err != nil {
+		t.Fatalf("empty partition: %v %d %v", snap, rev, err)
+	}
+	h1, rev1, err := s.save(ctx, 1, big, 10, "owner-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h1.gen == "" || h1.chunks != 5 {
+		t.Fatalf("head %+v, want 5 chunks", h1)
+	}
+	snap, h, rev, err := s.load(ctx, 1)
+	if err != nil || !bytes.Equal(snap, big) || rev != rev1 || h.position != 10 || h.owner != "owner-a" {
+		t.Fatalf("load: %q %+v %d %v", snap, h, rev, err)
+	}
+
+	// A second owner claims the head; the first one's next checkpoint is fenced.
+	h.owner = "owner-b"
+	rev2, err := s.putHead(ctx, 1, h, rev1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.save(ctx, 1, big, 20, "owner-a", rev1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("stale checkpoint: %v, want ErrFenced", err)
+	}
+	// The fenced checkpoint left 5 orphan chunks; the next one purges them.
+	if n := len(chunkKeys(t, s)); n != 10 {
+		t.Fatalf("%d chunks before the purge, want 10", n)
+	}
+	big2 := append(bytes.Clone(big), "!"...)
+	h3, rev3, err := s.save(ctx, 1, big2, 30, "owner-b", rev2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.purgeChunks(ctx, 1, h3.firstSeq); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(chunkKeys(t, s)); n != 5 {
+		t.Fatalf("%d chunks after the purge, want 5 (the current ones)", n)
+	}
+	if snap, _, _, err := s.load(ctx, 1); err != nil || !bytes.Equal(snap, big2) {
+		t.Fatalf("load after purge: %v", err)
+	}
+
+	// Inline, then every chunk goes.
+	if _, _, err := s.save(ctx, 1, small, 40, "owner-b", rev3); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.purgeChunks(ctx, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if keys := chunkKeys(t, s); len(keys) != 0 {
+		t.Fatalf("chunks left: %v", keys)
+	}
+	if snap, h, _, err := s.load(ctx, 1); err != nil || !bytes.Equal(snap, small) || h.gen != "" || h.position != 40 {
+		t.Fatalf("inline load: %q %+v %v", snap, h, err)
+	}
+
+	// A head naming purged chunks reads as fenced (a newer head replaced it).
+	_, rev5, err := s.save(ctx, 2, big, 1, "x", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = rev5
+	if err := s.purgeChunks(ctx, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := s.load(ctx, 2); !errors.Is(err, ErrFenced) {
+		t.Fatalf("head without chunks: %v, want ErrFenced", err)
+	}
+
+	// A corrupt head.
+	if _, err := s.kv.Put(ctx, headKey(3), []byte{0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := s.load(ctx, 3); !errors.Is(err, ErrCorruptCheckpoint) {
+		t.Fatalf("corrupt head: %v", err)
+	}
+
+	// The partition count is recorded once.
+	if err := s.checkMeta(ctx, 16); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.checkMeta(ctx, 16); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.checkMeta(ctx, 8); !errors.Is(err, ErrPartitionsChanged) {
+		t.Fatalf("changed partition count: %v", err)
+	}
+}
+
+func TestHeadRoundTrip(t *testing.T) {
+	for _, h := range []head{
+		{position: 7, owner: "o", inline: []byte("snap"), size: 4, crc: 99},
+		{position: 1 << 40, owner: "p", gen: "g-1", chunks: 3, firstSeq: 12, size: 1000, crc: 1},
+	} {
+		got, err := unmarshalHead(h.marshal())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(h, got, cmp.AllowUnexported(head{})); diff != "" {
+			t.Errorf("round trip (-want +got):\n%s", diff)
+		}
+	}
+}
+
+func TestDecisionsRoundTrip(t *testing.T) {
+	want := []decision{
+		{index: 0, outcome: series.Created, uid: "a", rv: 12},
+		{index: 99, outcome: series.Counted, uid: "b"},
+		{index: 3, outcome: series.SeriesStarted, uid: "", rv: 1 << 50},
+	}
+	var b []byte
+	for _, d := range want {
+		b = appendDecision(b, d)
+	}
+	var got []decision
+	if err := parseDecisions(b, func(d decision) { got = append(got, d) }); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(decision{})); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	if err := parseDecisions([]byte{0x0a, 0x05, 0x08}, func(decision) {}); err == nil {
+		t.Error("truncated message parsed")
+	}
+}
+
+func FuzzParseDecisions(f *testing.F) {
+	f.Add(appendDecision(nil, decision{index: 1, outcome: series.Created, uid: "u", rv: 2}))
+	f.Add([]byte{0x0a, 0x00})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = parseDecisions(b, func(decision) {})
+		_, _ = unmarshalHead(b)
+	})
+}
+
+func TestMinutes(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	ms := []series.MinuteCount{{Start: t0, Count: 3}, {Start: t0.Add(2 * time.Minute), Count: 1}}
+	s := FormatMinutes(ms)
+	m0 := t0.Unix() / 60
+	if want := itoa(m0) + "=3," + itoa(m0+2) + "=1"; s != want {
+		t.Fatalf("FormatMinutes = %q, want %q", s, want)
+	}
+	got, err := ParseMinutes(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]MinuteCount{{m0, 3}, {m0 + 2, 1}}, got); diff != "" {
+		t.Errorf("ParseMinutes (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"1", "x=1", "1=0", "1=x", "1=2,"} {
+		if _, err := ParseMinutes(bad); err == nil {
+			t.Errorf("ParseMinutes(%q) succeeded", bad)
+		}
+	}
+	if FormatMinutes(nil) != "" {
+		t.Error("no minutes should format empty")
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

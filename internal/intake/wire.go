@@ -1,0 +1,183 @@
+package intake
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/eventgate/eventgate/internal/series"
+)
+
+// Headers of intake and events messages.
+const (
+	// HeaderReply, on an intake entry, is where its owner sends the decision.
+	HeaderReply = "Eventgate-Reply"
+	// HeaderIndex, on an intake entry, is its index in the Submit batch.
+	HeaderIndex = "Eventgate-Index"
+	// HeaderTick marks an intake entry that carries no occurrence: it only
+	// advances its partition's log clock.
+	HeaderTick = "Eventgate-Tick"
+	// HeaderWriteReason, on an events message, says why it was written:
+	// a series.Reason name, or ReasonClient for an event its emitter
+	// aggregated itself.
+	HeaderWriteReason = "Eventgate-Write-Reason"
+	// HeaderSeriesMinutes, on an events message, lists the occurrences the
+	// write adds per minute of log time: "<unix minute>=<count>,…". Over all
+	// writes of one uid (deduplicated by Nats-Msg-Id) they sum to its count.
+	HeaderSeriesMinutes = "Eventgate-Series-Minutes"
+	// ReasonClient is the write reason of an event that arrived with its
+	// series already set (aggregated by its emitter) and is stored as it is.
+	ReasonClient = "client"
+	// pinHeader is the JetStream header naming the pinned client.
+	pinHeader = "Nats-Pin-Id"
+)
+
+// FormatMinutes encodes ms for HeaderSeriesMinutes; "" for none.
+func FormatMinutes(ms []series.MinuteCount) string {
+	var b strings.Builder
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(m.Start.Unix()/60, 10))
+		b.WriteByte('=')
+		b.WriteString(strconv.FormatInt(int64(m.Count), 10))
+	}
+	return b.String()
+}
+
+// MinuteCount is one entry of HeaderSeriesMinutes.
+type MinuteCount struct {
+	Minute int64 // unix minute
+	Count  int32
+}
+
+// ParseMinutes decodes HeaderSeriesMinutes.
+func ParseMinutes(s string) ([]MinuteCount, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []MinuteCount
+	for part := range strings.SplitSeq(s, ",") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, errors.New("series minutes: missing '='")
+		}
+		m, err := strconv.ParseInt(k, 10, 64)
+		if err != nil {
+			return nil, errors.New("series minutes: bad minute")
+		}
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 1 {
+			return nil, errors.New("series minutes: bad count")
+		}
+		out = append(out, MinuteCount{Minute: m, Count: int32(n)})
+	}
+	return out, nil
+}
+
+// decision is what an owner tells the Submit that logged an entry.
+type decision struct {
+	index   uint32
+	outcome series.Outcome
+	uid     string
+	rv      uint64 // events sequence of the entry's own write, 0 if none
+}
+
+// Decision messages are protobuf wire format:
+//
+//	message Decisions { repeated Decision d = 1; }
+//	message Decision { uint32 index = 1; uint32 outcome = 2; string uid = 3; uint64 rv = 4; }
+const (
+	wireDecision protowire.Number = 1
+	decIndex     protowire.Number = 1
+	decOutcome   protowire.Number = 2
+	decUID       protowire.Number = 3
+	decRV        protowire.Number = 4
+)
+
+func appendDecision(b []byte, d decision) []byte {
+	var m []byte
+	m = protowire.AppendTag(m, decIndex, protowire.VarintType)
+	m = protowire.AppendVarint(m, uint64(d.index))
+	m = protowire.AppendTag(m, decOutcome, protowire.VarintType)
+	m = protowire.AppendVarint(m, uint64(d.outcome))
+	m = protowire.AppendTag(m, decUID, protowire.BytesType)
+	m = protowire.AppendString(m, d.uid)
+	if d.rv != 0 {
+		m = protowire.AppendTag(m, decRV, protowire.VarintType)
+		m = protowire.AppendVarint(m, d.rv)
+	}
+	b = protowire.AppendTag(b, wireDecision, protowire.BytesType)
+	return protowire.AppendBytes(b, m)
+}
+
+var errBadDecisions = errors.New("malformed decisions message")
+
+// parseDecisions decodes a decisions message, calling f for each.
+func parseDecisions(b []byte, f func(decision)) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return errBadDecisions
+		}
+		b = b[n:]
+		if num != wireDecision || typ != protowire.BytesType {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return errBadDecisions
+			}
+			b = b[n:]
+			continue
+		}
+		m, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return errBadDecisions
+		}
+		b = b[n:]
+		var d decision
+		for len(m) > 0 {
+			num, typ, n := protowire.ConsumeTag(m)
+			if n < 0 {
+				return errBadDecisions
+			}
+			m = m[n:]
+			switch {
+			case num == decIndex && typ == protowire.VarintType:
+				v, n := protowire.ConsumeVarint(m)
+				if n < 0 || v > 1<<31 {
+					return errBadDecisions
+				}
+				d.index, m = uint32(v), m[n:]
+			case num == decOutcome && typ == protowire.VarintType:
+				v, n := protowire.ConsumeVarint(m)
+				if n < 0 || v > 255 {
+					return errBadDecisions
+				}
+				d.outcome, m = series.Outcome(v), m[n:]
+			case num == decUID && typ == protowire.BytesType:
+				v, n := protowire.ConsumeString(m)
+				if n < 0 {
+					return errBadDecisions
+				}
+				d.uid, m = v, m[n:]
+			case num == decRV && typ == protowire.VarintType:
+				v, n := protowire.ConsumeVarint(m)
+				if n < 0 {
+					return errBadDecisions
+				}
+				d.rv, m = v, m[n:]
+			default:
+				n := protowire.ConsumeFieldValue(num, typ, m)
+				if n < 0 {
+					return errBadDecisions
+				}
+				m = m[n:]
+			}
+		}
+		f(d)
+	}
+	return nil
+}
