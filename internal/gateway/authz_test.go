@@ -103,7 +103,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	for i, r := range resp.Results {
 		uidTenant[r.Uid] = tenantKey(seed[i].Tenant)
 	}
-	lastRV := resp.Results[len(resp.Results)-1].ResourceVersion
+	lastRV := maxRV(resp.Results)
 	waitIngested(t, tg, lastRV)
 
 	t.Run("unauthenticated", func(t *testing.T) {

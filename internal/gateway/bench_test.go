@@ -310,7 +310,7 @@ func BenchmarkEmitToQueryable(b *testing.B) {
 			b.Fatal(err)
 		}
 		acked := time.Now()
-		last, _ := strconv.ParseUint(resp.Results[len(resp.Results)-1].ResourceVersion, 10, 64)
+		last, _ := strconv.ParseUint(maxRV(resp.Results), 10, 64)
 		pending <- emitted{rv: last, at: acked}
 		sent += len(evs)
 	}
