@@ -1,8 +1,8 @@
 package clickhouse
 
 // Analytics: Histogram, Top, Facets and Series, aggregated in ClickHouse
-// over analytics_events, series_minute_totals and event_minutes
-// (analytics_schema.go).
+// over analytics_events, analytics_series, series_minute_totals and
+// event_minutes (analytics_schema.go).
 //
 // # Counting occurrences
 //
@@ -46,11 +46,17 @@ package clickhouse
 // by uid: FINAL does the deduplication, merging only the parts that
 // overlap (the hours still being written), and everything above it is a
 // plain sum. A cell's sum below zero (a per-minute record larger than the
-// count it claims) is shown as zero.
+// count it claims) is shown as zero. The first version of this code grouped
+// the events table's versions by uid in every query (argMax of the count,
+// per-version minute totals): on the 10M-event benchmark, every tenant over
+// 24 h, Histogram 113 ms, Top 263 ms and Facets 188 ms p50, against 40-50 ms
+// with the FINAL tables.
 //
 // A window [since, until) counts the occurrences in it: what sits at an
 // eventTime in it and the minutes that start in it. Filters apply to every
-// row alike: the columns they read do not change between versions.
+// row alike: the columns they read do not change between versions. Series
+// also filters on what does (state, last observation); FINAL applies those
+// to the latest version.
 
 import (
 	"context"
@@ -75,6 +81,9 @@ type AnalyticsLimits struct {
 	// MaxGroups bounds the distinct groups (value pairs) of a histogram and
 	// the distinct values of a Top or Facets dimension in the window.
 	MaxGroups int
+	// MaxCells bounds a histogram's (bucket, group) cells before the cut
+	// to its top groups; the engine stops the aggregation there.
+	MaxCells int
 	// MaxHistogramLimit bounds the groups a histogram returns (the rest are
 	// added up as "other").
 	MaxHistogramLimit int
@@ -100,6 +109,7 @@ func DefaultAnalyticsLimits() AnalyticsLimits {
 		MaxBuckets:         1000,
 		MaxGroupBy:         2,
 		MaxGroups:          10_000,
+		MaxCells:           1_000_000,
 		MaxHistogramLimit:  100,
 		MaxTopLimit:        1000,
 		MaxFacetDimensions: 8,
@@ -137,11 +147,14 @@ type AnalyticsError struct {
 	Description string
 }
 
-func (e *AnalyticsError) Error() string {
+func (e *AnalyticsError) Error() string { return e.Field + ": " + e.Detail() }
+
+// Detail is the description with the limit's name.
+func (e *AnalyticsError) Detail() string {
 	if e.Limit != "" {
-		return fmt.Sprintf("%s: %s (limit %s)", e.Field, e.Description, e.Limit)
+		return e.Description + " (limit " + e.Limit + ")"
 	}
-	return e.Field + ": " + e.Description
+	return e.Description
 }
 
 func (e *AnalyticsError) Unwrap() error { return ErrInvalidQuery }
@@ -240,7 +253,7 @@ func (q AnalyticsQuery) window() (since, until time.Time, err error) {
 		return since, until, badField("until", "must be after since (%s)", since.Format(time.RFC3339Nano))
 	}
 	if d := until.Sub(since); d > l.MaxRange {
-		return since, until, overLimit("since", "MaxRange", "the window spans %s, more than %s", d, l.MaxRange)
+		return since, until, overLimit("since", "MaxRange", "the window spans %s, more than %s", d.Round(time.Second), l.MaxRange)
 	}
 	f := q.Filter
 	f.Since, f.Until = since, until
@@ -267,8 +280,17 @@ func (s *Store) analyticsSeries() string    { return s.ddl.table("analytics_seri
 func (s *Store) seriesMinuteTotals() string { return s.ddl.table("series_minute_totals") }
 func (s *Store) eventMinutes() string       { return s.ddl.table("event_minutes") }
 
-// analyticsSettings ends every analytics statement.
-func (s *Store) analyticsSettings(l AnalyticsLimits) string {
+// groupBound stops an aggregation in the engine once it holds more than
+// max keys, reported as the field's limit.
+type groupBound struct {
+	field, limit, what string
+	max                int
+}
+
+// analyticsSettings ends every analytics statement: FINAL per partition,
+// the store's select settings, the execution time limit and, with a bound,
+// the aggregation size limit (an error analyticsQueryError maps).
+func (s *Store) analyticsSettings(l AnalyticsLimits, b *groupBound) string {
 	set := []string{finalSettings}
 	if s.selectSettings != "" {
 		set = append(set, strings.TrimPrefix(s.selectSettings, " SETTINGS "))
@@ -276,6 +298,9 @@ func (s *Store) analyticsSettings(l AnalyticsLimits) string {
 	if l.MaxExecutionTime > 0 {
 		set = append(set, "max_execution_time = "+strconv.FormatFloat(l.MaxExecutionTime.Seconds(), 'f', -1, 64),
 			"timeout_overflow_mode = 'throw'")
+	}
+	if b != nil && b.max > 0 {
+		set = append(set, "max_rows_to_group_by = "+strconv.Itoa(b.max), "group_by_overflow_mode = 'throw'")
 	}
 	return " SETTINGS " + strings.Join(set, ", ")
 }
@@ -300,11 +325,19 @@ func (s *Store) occurrencesSQL(p *paramSet, sc Scope, f Filter, dims []string, f
 		fmt.Fprintf(&ds, ", %s AS d%d", d, i)
 	}
 	return "(SELECT event_time AS t" + ds.String() + ", toInt64(greatest(1, series_count)) AS c" +
-		" FROM " + s.analyticsEvents() + " FINAL WHERE " + cond + " AND event_time >= " + lo + " AND event_time < " + hi +
+		" FROM " + s.analyticsEvents() + " FINAL WHERE " + cond + " AND " + inRange("event_time", lo, hi) +
 		" UNION ALL SELECT event_time AS t" + ds.String() + ", -toInt64(minutes_total) AS c" +
-		" FROM " + s.seriesMinuteTotals() + " FINAL WHERE " + cond + " AND event_time >= " + lo + " AND event_time < " + hi +
+		" FROM " + s.seriesMinuteTotals() + " FINAL WHERE " + cond + " AND " + inRange("event_time", lo, hi) +
 		" UNION ALL SELECT toDateTime64(minute, 6, 'UTC') AS t" + ds.String() + ", toInt64(occurrences) AS c" +
-		" FROM " + s.eventMinutes() + " FINAL WHERE " + cond + " AND minute >= " + lo + " AND minute < " + hi + ")"
+		" FROM " + s.eventMinutes() + " FINAL WHERE " + cond + " AND " + inRange("minute", lo, hi) + ")"
+}
+
+// inRange is lo <= col < hi, with the same bounds on the hour the analytics
+// tables' keys start with (the key analysis does not derive them from col's
+// own bounds: measured, it halves a one-tenant read).
+func inRange(col, lo, hi string) string {
+	return col + " >= " + lo + " AND " + col + " < " + hi +
+		" AND toStartOfHour(" + col + ") >= toStartOfHour(" + lo + ") AND toStartOfHour(" + col + ") <= toStartOfHour(" + hi + ")"
 }
 
 // ---- Histogram ----
@@ -414,10 +447,10 @@ func (s *Store) Histogram(ctx context.Context, q HistogramQuery) (Histogram, err
 	occ := s.occurrencesSQL(p, q.Scope, q.Filter, dims, from, to)
 	bucket := "intDiv(toUnixTimestamp64Micro(t) - " + p.i64(startUS) + ", " + p.i64(stepUS) + ")"
 	if len(dims) == 0 {
-		sql := "SELECT toInt64(" + bucket + ") AS b, toUInt64(greatest(0, sum(c))) FROM " + occ + " GROUP BY b" + s.analyticsSettings(l)
+		sql := "SELECT toInt64(" + bucket + ") AS b, toUInt64(greatest(0, sum(c))) FROM " + occ + " GROUP BY b" + s.analyticsSettings(l, nil)
 		rs, err := s.t.query(ctx, sql, p.m)
 		if err != nil {
-			return Histogram{}, analyticsQueryError(err, l)
+			return Histogram{}, analyticsQueryError(err, l, nil)
 		}
 		defer rs.Close()
 		for rs.Next() {
@@ -448,6 +481,7 @@ func (s *Store) Histogram(ctx context.Context, q HistogramQuery) (Histogram, err
 		fmt.Fprintf(&sel2, ", toString(h%d)", i)
 	}
 	g := strings.Join(gs, ", ")
+	cells := &groupBound{field: "groupBy", limit: "MaxCells", what: "(bucket, group) cells", max: l.MaxCells}
 	// Innermost: occurrences per (bucket, group); then each group's total,
 	// its rank (ties by values) and the number of groups; then the groups
 	// past the limit folded into "other".
@@ -456,10 +490,10 @@ func (s *Store) Histogram(ctx context.Context, q HistogramQuery) (Histogram, err
 		"SELECT b, " + g + ", n, dense_rank() OVER (ORDER BY gt DESC, " + g + ") AS rk FROM (" +
 		"SELECT b, " + g + ", n, sum(n) OVER (PARTITION BY " + g + ") AS gt FROM (" +
 		"SELECT " + bucket + " AS b" + sel0.String() + ", sum(c) AS n FROM " + occ + " GROUP BY b, " + g +
-		" HAVING n > 0)))) GROUP BY b" + sel2.String() + ", other" + s.analyticsSettings(l)
+		" HAVING n > 0)))) GROUP BY b" + sel2.String() + ", other" + s.analyticsSettings(l, cells)
 	rs, err := s.t.query(ctx, sql, p.m)
 	if err != nil {
-		return Histogram{}, analyticsQueryError(err, l)
+		return Histogram{}, analyticsQueryError(err, l, cells)
 	}
 	defer rs.Close()
 	type cell struct {
@@ -578,13 +612,16 @@ func (s *Store) Top(ctx context.Context, q TopQuery) (Top, error) {
 	p := newParams()
 	occ := s.occurrencesSQL(p, q.Scope, q.Filter, []string{dim}, prev, until)
 	cut := p.micros(ceilMicros(since))
+	// The engine's bound counts the values of both windows; the exact
+	// check (values of the window) follows.
+	bound := &groupBound{field: "dimension", limit: "MaxGroups", what: "distinct values in the two windows", max: 2 * l.MaxGroups}
 	sql := "SELECT toString(v), toUInt64(cur), toUInt64(prev), toUInt64(total), toUInt64(ptotal), toUInt64(nv) FROM (" +
 		"SELECT v, cur, prev, sum(cur) OVER () AS total, sum(prev) OVER () AS ptotal, countIf(cur > 0) OVER () AS nv FROM (" +
 		"SELECT d0 AS v, greatest(0, sumIf(c, t >= " + cut + ")) AS cur, greatest(0, sumIf(c, t < " + cut + ")) AS prev FROM " + occ + " GROUP BY v)" +
-		") ORDER BY cur DESC, v LIMIT " + p.u64(uint64(limit)) + s.analyticsSettings(l)
+		") ORDER BY cur DESC, v LIMIT " + p.u64(uint64(limit)) + s.analyticsSettings(l, bound)
 	rs, err := s.t.query(ctx, sql, p.m)
 	if err != nil {
-		return Top{}, analyticsQueryError(err, l)
+		return Top{}, analyticsQueryError(err, l, bound)
 	}
 	defer rs.Close()
 	var listed int64
@@ -688,6 +725,7 @@ func (s *Store) Facets(ctx context.Context, q FacetsQuery) (Facets, error) {
 	}
 	p := newParams()
 	occ := s.occurrencesSQL(p, q.Scope, q.Filter, exprs, since, until)
+	bound := &groupBound{field: "dimensions", limit: "MaxGroups", what: "distinct values of the dimensions together", max: len(names) * l.MaxGroups}
 	// One aggregation with a grouping set per dimension; grouping() tells
 	// the sets apart (0 for the dimension a set groups by).
 	var grouping, values, sets []string
@@ -702,10 +740,10 @@ func (s *Store) Facets(ctx context.Context, q FacetsQuery) (Facets, error) {
 		"SELECT arrayFirstIndex(x -> x = 0, [" + strings.Join(grouping, ", ") + "]) - 1 AS k, " +
 		"[" + strings.Join(values, ", ") + "][k + 1] AS v, sum(c) AS n FROM " + occ +
 		" GROUP BY GROUPING SETS (" + strings.Join(sets, ", ") + ") HAVING n > 0)" +
-		") WHERE rn <= " + p.u64(uint64(limit)) + " ORDER BY k, rn" + s.analyticsSettings(l)
+		") WHERE rn <= " + p.u64(uint64(limit)) + " ORDER BY k, rn" + s.analyticsSettings(l, bound)
 	rs, err := s.t.query(ctx, sql, p.m)
 	if err != nil {
-		return Facets{}, analyticsQueryError(err, l)
+		return Facets{}, analyticsQueryError(err, l, bound)
 	}
 	defer rs.Close()
 	listed := make([]int64, len(names))
@@ -837,7 +875,9 @@ func (s *Store) Series(ctx context.Context, q SeriesQuery) (SeriesList, error) {
 	w.add(scopeSQL(p, q.Scope))
 	filterSQL(p, &w, f)
 	w.add("series_count > 0")
-	w.add("event_time < " + p.micros(ceilMicros(until)))
+	hi := p.micros(ceilMicros(until))
+	w.add("event_time < " + hi)
+	w.add("toStartOfHour(event_time) <= toStartOfHour(" + hi + ")")
 	w.add("series_last_observed >= " + p.micros(ceilMicros(since)))
 	if q.State != "" {
 		w.add("series_state = " + p.str(q.State))
@@ -848,10 +888,10 @@ func (s *Store) Series(ctx context.Context, q SeriesQuery) (SeriesList, error) {
 		"toString(regarding_kind), toString(regarding_namespace), regarding_name, regarding_uid, regarding_field_path, " +
 		"toInt64(series_count) AS cnt, toInt64(toUnixTimestamp64Micro(event_time)), toInt64(toUnixTimestamp64Micro(series_last_observed)) AS last, " +
 		"toString(series_state), toUInt64(count() OVER ()) FROM " + s.analyticsSeries() + " FINAL WHERE " + w.String() +
-		" ORDER BY " + order + ", uid, tt, tn LIMIT " + p.u64(uint64(limit)) + s.analyticsSettings(l)
+		" ORDER BY " + order + ", uid, tt, tn LIMIT " + p.u64(uint64(limit)) + s.analyticsSettings(l, nil)
 	rs, err := s.t.query(ctx, sql, p.m)
 	if err != nil {
-		return SeriesList{}, analyticsQueryError(err, l)
+		return SeriesList{}, analyticsQueryError(err, l, nil)
 	}
 	type key struct{ tt, tn, uid string }
 	index := map[key]int{}
@@ -893,23 +933,25 @@ func (s *Store) Series(ctx context.Context, q SeriesQuery) (SeriesList, error) {
 		tuples = append(tuples, "("+p.str(e.Tenant.Type)+", "+p.str(e.Tenant.Name)+", "+p.str(e.UID)+")")
 	}
 	ids := "(tenant_type, tenant_name, uid) IN (" + strings.Join(tuples, ", ") + ")"
+	points := &groupBound{field: "limit", limit: "MaxSeriesPoints", what: "minutes with occurrences (lower the limit)",
+		max: l.MaxSeriesPoints + len(out.Series)}
 	sql = "SELECT toString(tenant_type), toString(tenant_name), uid, toInt64(-1), toUInt64(sum(minutes_total))" +
 		" FROM " + s.seriesMinuteTotals() + " FINAL WHERE " + ids +
-		" AND event_time >= " + p.micros(minFirst.UnixMicro()) + " AND event_time <= " + p.micros(maxFirst.UnixMicro()) +
+		" AND " + inRange("event_time", p.micros(minFirst.UnixMicro()), p.micros(maxFirst.UnixMicro()+1)) +
 		" GROUP BY tenant_type, tenant_name, uid" +
 		" UNION ALL SELECT tt, tn, uid, m, n FROM (SELECT toString(tenant_type) AS tt, toString(tenant_name) AS tn, uid," +
 		" toInt64(toUnixTimestamp(minute)) AS m, toUInt64(sum(occurrences)) AS n" +
 		" FROM " + s.eventMinutes() + " FINAL WHERE " + ids +
-		" AND minute >= " + p.micros(ceilMicros(since)) + " AND minute < " + p.micros(ceilMicros(until)) +
+		" AND " + inRange("minute", p.micros(ceilMicros(since)), p.micros(ceilMicros(until))) +
 		" GROUP BY tenant_type, tenant_name, uid, minute ORDER BY tt, tn, uid, m LIMIT " + p.u64(uint64(l.MaxSeriesPoints)+1) + ")" +
-		s.analyticsSettings(l)
+		s.analyticsSettings(l, points)
 	rs, err = s.t.query(ctx, sql, p.m)
 	if err != nil {
-		return SeriesList{}, analyticsQueryError(err, l)
+		return SeriesList{}, analyticsQueryError(err, l, points)
 	}
 	defer rs.Close()
 	recorded := map[key]int64{}
-	points := 0
+	npoints := 0
 	for rs.Next() {
 		var k key
 		var m int64
@@ -925,7 +967,7 @@ func (s *Store) Series(ctx context.Context, q SeriesQuery) (SeriesList, error) {
 			recorded[k] = int64(n)
 			continue
 		}
-		if points++; points > l.MaxSeriesPoints {
+		if npoints++; npoints > l.MaxSeriesPoints {
 			return SeriesList{}, overLimit("limit", "MaxSeriesPoints", "the series hold more than %d minutes with occurrences in the window; lower the limit or narrow the window", l.MaxSeriesPoints)
 		}
 		e := &out.Series[i]
@@ -955,12 +997,14 @@ func (s *Store) Series(ctx context.Context, q SeriesQuery) (SeriesList, error) {
 }
 
 // analyticsQueryError maps the engine's limit errors to AnalyticsErrors.
-func analyticsQueryError(err error, l AnalyticsLimits) error {
+func analyticsQueryError(err error, l AnalyticsLimits, b *groupBound) error {
 	msg := err.Error()
-	if strings.Contains(msg, "TIMEOUT_EXCEEDED") || strings.Contains(msg, "Timeout exceeded") {
+	switch {
+	case strings.Contains(msg, "TIMEOUT_EXCEEDED") || strings.Contains(msg, "Timeout exceeded"):
 		return overLimit("since", "MaxExecutionTime", "the query ran longer than %s; narrow the window or the filter", l.MaxExecutionTime)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	case b != nil && (strings.Contains(msg, "TOO_MANY_ROWS") || strings.Contains(msg, "max_rows_to_group_by")):
+		return overLimit(b.field, b.limit, "more than %d %s; narrow the filter or the window", b.max, b.what)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return err
 	}
 	return fmt.Errorf("clickhouse: analytics: %w", err)

@@ -265,6 +265,30 @@ func TestAnalyticsLimits(t *testing.T) {
 			_, err := s.Histogram(context.Background(), HistogramQuery{AnalyticsQuery: q, GroupBy: []string{DimReason}})
 			return err
 		}, "groupBy", "MaxGroups"},
+		{"cells (engine)", func(s *Store) error {
+			l := DefaultAnalyticsLimits()
+			l.MaxCells = 2
+			q := aq(tenantA, window)
+			q.Limits = &l
+			_, err := s.Histogram(context.Background(), HistogramQuery{AnalyticsQuery: q, GroupBy: []string{DimReason}, Bucket: time.Minute})
+			return err
+		}, "groupBy", "MaxCells"},
+		{"top values (engine)", func(s *Store) error {
+			l := DefaultAnalyticsLimits()
+			l.MaxGroups = 1
+			q := aq(tenantA, window)
+			q.Limits = &l
+			_, err := s.Top(context.Background(), TopQuery{AnalyticsQuery: q, Dimension: DimReason})
+			return err
+		}, "dimension", "MaxGroups"},
+		{"facet values", func(s *Store) error {
+			l := DefaultAnalyticsLimits()
+			l.MaxGroups = 2
+			q := aq(tenantA, window)
+			q.Limits = &l
+			_, err := s.Facets(context.Background(), FacetsQuery{AnalyticsQuery: q, Dimensions: []string{DimType, DimReason}})
+			return err
+		}, "dimensions", "MaxGroups"},
 		{"series points", func(s *Store) error {
 			l := DefaultAnalyticsLimits()
 			l.MaxSeriesPoints = 3

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/gen/openapiv2"
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/config"
@@ -542,5 +544,123 @@ func TestEventFilterFieldsAligned(t *testing.T) {
 				t.Errorf("%s: own field %s numbered %d, below 20", m.ProtoReflect().Descriptor().FullName(), g.Name(), g.Number())
 			}
 		}
+	}
+}
+
+// TestAnalyticsOpenAPI: the OpenAPI document describes every analytics
+// endpoint, its filter and its own parameters.
+func TestAnalyticsOpenAPI(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Summary     string `json:"summary"`
+			Description string `json:"description"`
+			Parameters  []struct {
+				Name        string `json:"name"`
+				In          string `json:"in"`
+				Description string `json:"description"`
+			} `json:"parameters"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(openapiv2.Document, &doc); err != nil {
+		t.Fatal(err)
+	}
+	filter := []string{"tenant.type", "tenant.name", "namespace", "type", "reason", "action", "reportingController", "reportingInstance",
+		"regarding.kind", "related.name", "involving.uid", "since", "until", "fieldSelector", "labelSelector"}
+	for path, own := range map[string][]string{
+		"/v1/analytics/histogram": {"bucket", "groupBy", "limit"},
+		"/v1/analytics/top":       {"dimension", "limit"},
+		"/v1/analytics/facets":    {"dimensions", "limit"},
+		"/v1/analytics/series":    {"state", "limit", "orderBy"},
+		"/v1/analytics/timeline":  {"limit", "pageToken", "newestFirst"},
+	} {
+		op, ok := doc.Paths[path]["get"]
+		if !ok || op.Summary == "" {
+			t.Errorf("GET %s: not described", path)
+			continue
+		}
+		described := map[string]bool{}
+		for _, p := range op.Parameters {
+			if p.In == "query" && p.Description != "" {
+				described[p.Name] = true
+			}
+		}
+		for _, name := range append(slices.Clone(filter), own...) {
+			if !described[name] {
+				t.Errorf("GET %s: parameter %s missing or without description", path, name)
+			}
+		}
+	}
+}
+
+// TestAnalyticsWithIntake: occurrences emitted through the server-side
+// series aggregation (the intake writes the per-minute records) are counted
+// exactly, each once, spread over their minutes.
+func TestAnalyticsWithIntake(t *testing.T) {
+	tg := startGateway(t, func(c *config.Config) {
+		c.Series = true
+		c.Intake.Series.Window = 5 * time.Second
+		c.Intake.Series.FlushInterval = 500 * time.Millisecond
+		c.Intake.Series.Heartbeat = time.Second
+		c.Intake.Series.FinishAfter = 2 * time.Second
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const per = 40
+	since := time.Now().Add(-time.Minute)
+	for r := 0; r < per; r++ {
+		evs := []*eventgatev1.Event{
+			{Reason: "CrashLoop", Type: "Warning", Regarding: &eventgatev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "pod-a"}},
+			{Reason: "CrashLoop", Type: "Warning", Regarding: &eventgatev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "pod-b"}},
+		}
+		if r%4 == 0 {
+			evs = append(evs, &eventgatev1.Event{Reason: fmt.Sprintf("Once%d", r), Regarding: &eventgatev1.ObjectReference{Kind: "Job", Namespace: "ns", Name: fmt.Sprintf("job-%d", r)}})
+		}
+		if _, err := tg.client.Emit(ctx, &eventgatev1.EmitRequest{Events: evs}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	client := eventgatev1.NewAnalyticsServiceClient(tg.conn)
+	win := func() (*timestamppb.Timestamp, *timestamppb.Timestamp) {
+		return timestamppb.New(since), timestamppb.New(time.Now().Add(time.Minute))
+	}
+	// Until both series are finished and stored.
+	for {
+		s, u := win()
+		resp, err := client.Series(ctx, &eventgatev1.SeriesRequest{Since: s, Until: u, State: "Finished"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Series) == 2 {
+			for _, e := range resp.Series {
+				var sum int64
+				for _, m := range e.Minutes {
+					sum += m.Count
+				}
+				if e.Count != per || e.WindowCount != per || sum != per {
+					t.Errorf("series %s: count %d, in window %d, per minute %d; want %d", e.Regarding.GetName(), e.Count, e.WindowCount, sum, per)
+				}
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("series not finished: %v", resp)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	s, u := win()
+	top, err := client.Top(ctx, &eventgatev1.TopRequest{Since: s, Until: u, Dimension: "reason", Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Entries) != 1 || top.Entries[0].Value != "CrashLoop" || top.Entries[0].Count != 2*per || top.Total != 2*per+per/4 || top.DistinctValues != 1+per/4 {
+		t.Errorf("top: %v", top)
+	}
+	h, err := client.Histogram(ctx, &eventgatev1.HistogramRequest{Since: s, Until: u, GroupBy: []string{"regarding.kind"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Total != 2*per+per/4 || len(h.Groups) != 2 || h.Groups[0].Total != 2*per || h.Groups[1].Total != per/4 {
+		t.Errorf("histogram: %v", h)
 	}
 }

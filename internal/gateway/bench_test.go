@@ -84,7 +84,14 @@ func pace(d time.Duration, fn func(n int)) int {
 // others must still receive every event.
 func BenchmarkWatchFanout(b *testing.B) {
 	dur := benchSeconds()
-	tg := startGateway(b, func(c *config.Config) { c.WatchBuffer = 4096 })
+	tg := startGateway(b, func(c *config.Config) {
+		c.WatchBuffer = 4096
+		// EVENTGATE_BENCH_SERIES=false measures the fan-out without the
+		// series intake on the emit path.
+		if os.Getenv("EVENTGATE_BENCH_SERIES") == "false" {
+			c.Series = false
+		}
+	})
 	payload := make([]byte, 600)
 
 	// Baseline: plain NATS subscriptions on the gateway's own embedded server.

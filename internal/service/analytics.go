@@ -116,7 +116,7 @@ func (a *Analytics) scope(ctx context.Context, narrow *clickhouse.TenantRef) (cl
 func (a *Analytics) analyticsStatus(method string, err error) error {
 	var ae *clickhouse.AnalyticsError
 	if errors.As(err, &ae) {
-		return toStatus(a.log, method, &InvalidError{Violations: []event.Violation{{Field: ae.Field, Description: ae.Error()}}})
+		return toStatus(a.log, method, &InvalidError{Violations: []event.Violation{{Field: ae.Field, Description: ae.Detail()}}})
 	}
 	return toStatus(a.log, method, err)
 }
