@@ -232,6 +232,19 @@ func ValidateTenant(t *eventgatev1.Tenant) []Violation {
 	return vs
 }
 
+// ValidateTenantSelector checks a tenant named in a filter: like
+// ValidateTenant, except that a type without a name (other than global)
+// selects every tenant of the type.
+func ValidateTenantSelector(t *eventgatev1.Tenant) []Violation {
+	if t.GetName() == "" && t.GetType() != TenantGlobal {
+		if slices.Contains(TenantTypes, t.GetType()) {
+			return nil
+		}
+		return ValidateTenant(&eventgatev1.Tenant{Type: t.GetType(), Name: "x"})
+	}
+	return ValidateTenant(t)
+}
+
 func checkRef(r *eventgatev1.ObjectReference, f string, required bool, bad func(string, string, ...any)) {
 	if required && r.Kind == "" {
 		bad(f+".kind", "is required")

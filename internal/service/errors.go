@@ -33,6 +33,14 @@ func invalid(field, format string, args ...any) error {
 	return &InvalidError{Violations: []event.Violation{{Field: field, Description: fmt.Sprintf(format, args...)}}}
 }
 
+// tenantInvalid reports violations of a request's tenant field.
+func tenantInvalid(vs []event.Violation) error {
+	for i := range vs {
+		vs[i].Field = "tenant." + vs[i].Field
+	}
+	return &InvalidError{Violations: vs}
+}
+
 // ErrUnavailable marks a dependency that did not answer.
 var ErrUnavailable = errors.New("dependency unavailable")
 

@@ -207,10 +207,7 @@ func (s *Events) startEmit(ctx context.Context, evs []*eventgatev1.Event, def *e
 	}
 	if def != nil && (def.Type != "" || def.Name != "") {
 		if vs := event.ValidateTenant(def); len(vs) > 0 {
-			for i := range vs {
-				vs[i].Field = "tenant." + vs[i].Field
-			}
-			return nil, &InvalidError{Violations: vs}
+			return nil, tenantInvalid(vs)
 		}
 	}
 	var vs []event.Violation
@@ -388,21 +385,13 @@ func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOpt
 	o := ejs.WatchOptions{Buffer: s.cfg.WatchBuffer}
 	var f subject.Filter
 	if t := req.GetTenant(); t != nil && (t.Type != "" || t.Name != "") {
-		// A type without a name selects every tenant of that type.
-		anyName := t.Name == "" && t.Type != event.TenantGlobal
-		check := t
-		if anyName {
-			check = &eventgatev1.Tenant{Type: t.Type, Name: "-"}
+		ref, err := tenantRef(t)
+		if err != nil {
+			return o, f, err
 		}
-		if vs := event.ValidateTenant(check); len(vs) > 0 {
-			for i := range vs {
-				vs[i].Field = "tenant." + vs[i].Field
-			}
-			return o, f, &InvalidError{Violations: vs}
-		}
-		f.TenantType = subject.Ptr(t.Type)
-		if !anyName {
-			f.TenantName = subject.Ptr(check.Name)
+		f.TenantType = &ref.Type
+		if ref.Name != "*" {
+			f.TenantName = &ref.Name
 		}
 	}
 	var group *string

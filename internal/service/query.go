@@ -112,20 +112,16 @@ func (s *Events) scope(ctx context.Context, verb authz.Verb, narrow *clickhouse.
 	return out, nil
 }
 
+// tenantRef is the tenant a request names; Name "*" when it names a type
+// only (every tenant of the type).
 func tenantRef(t *eventgatev1.Tenant) (*clickhouse.TenantRef, error) {
-	anyName := t.Name == "" && t.Type != event.TenantGlobal
-	check := &eventgatev1.Tenant{Type: t.Type, Name: t.Name}
-	if anyName {
-		check.Name = "-"
+	if vs := event.ValidateTenantSelector(t); len(vs) > 0 {
+		return nil, tenantInvalid(vs)
 	}
-	if vs := event.ValidateTenant(check); len(vs) > 0 {
-		for i := range vs {
-			vs[i].Field = "tenant." + vs[i].Field
-		}
-		return nil, &InvalidError{Violations: vs}
-	}
-	ref := &clickhouse.TenantRef{Type: t.Type, Name: check.Name}
-	if anyName {
+	ref := &clickhouse.TenantRef{Type: t.Type, Name: t.Name}
+	if t.Type == event.TenantGlobal {
+		ref.Name = ""
+	} else if t.Name == "" {
 		ref.Name = "*"
 	}
 	return ref, nil
