@@ -59,7 +59,7 @@
 // entry's traceparent on the entry's own Created or Started write. Every
 // CheckpointInterval (or CheckpointEntries entries) the owner waits until
 // every write issued so far is acknowledged, then compare-and-sets the
-// head with Snapshot(). A failed write or a failed compare-and-set makes the
+// head with a new checkpoint. A failed write or a failed compare-and-set makes the
 // owner check its pin and restore the checkpoint (steps 1–3) or give the
 // partition up. The consumer acknowledges nothing (AckNone): a takeover
 // rewinds it to the checkpoint anyway, so acknowledgements would say
@@ -71,10 +71,18 @@
 // same ids, deduplicated by the events stream: its duplicate window must
 // cover a checkpoint interval plus a takeover too (Start warns otherwise).
 //
-// A snapshot that fits in one message is the head itself; a larger one is
-// written first in chunks ("chunk.<p>.<gen>.<i>"), which the head names;
-// chunks no head names any more are purged from the bucket's stream after
-// the next checkpoint or takeover.
+// Checkpoints are incremental (series.Checkpoint): each singleton is
+// written once, in the segment of the checkpoint after its creation, and
+// the head holds the series, the position and which segments still count.
+// A checkpoint therefore costs what happened since the previous one, not
+// the whole tracked state (at a high rate of distinct events, singletons
+// are nearly all of it). A head snapshot that fits in one message is in the
+// head itself; a larger one, and every segment, is written first in chunks
+// ("chunk.<p>.<gen>.<i>", a fresh gen each), which the head names. Chunks
+// no head names any more are purged from the bucket's stream after the
+// next checkpoint (those of segments and head snapshots the new head
+// dropped) or takeover (every chunk of the partition the claimed head does
+// not name).
 //
 // # Ticks, liveness, balance
 //

@@ -239,10 +239,12 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 			if err == nil {
 				snap, err = agg.Snapshot()
 			}
-			h = head{inline: snap, size: uint64(len(snap))}
-			h.crc = crcOf(snap)
+			h = head{inline: snap}
+			h.size, h.crc = uint64(len(snap)), crcOf(snap)
 		} else {
-			agg, err = series.Restore(pt.in.cfg.Series, snap)
+			agg, err = series.RestoreCheckpoint(pt.in.cfg.Series, snap, func(id uint64) ([]byte, error) {
+				return pt.in.store.segment(ctx, pt.p, h, id)
+			})
 		}
 		if err != nil {
 			pt.log.Error("takeover: restore checkpoint", "err", err)
@@ -271,7 +273,9 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 		pt.in.m.takeovers.Inc()
 		pt.in.addStats(func(s *Stats) { s.Takeovers++ })
 		pt.updateGauges()
-		pt.purgeChunks(ctx)
+		if err := pt.in.store.purgeUnnamed(ctx, pt.p, h); err != nil {
+			pt.log.Warn("purge old checkpoint chunks", "err", err)
+		}
 		pt.log.Info("partition taken over", "cause", cause, "position", agg.Position(), "keys", agg.Stats().Keys)
 		return
 	}
@@ -582,31 +586,27 @@ func (pt *partition) checkpoint(ctx context.Context) error {
 	if err := pt.pipe.waitAcked(ctx); err != nil {
 		return fmt.Errorf("writes not acknowledged: %w", err)
 	}
-	snap, err := pt.agg.Snapshot()
+	// Incremental: the singletons created since the previous checkpoint,
+	// the series, and which earlier segments still count. A failure below
+	// makes the owner restore the previous checkpoint (resync), which the
+	// aggregator's notion of what is persisted requires.
+	cp, err := pt.agg.Checkpoint()
 	if err != nil {
 		return err
 	}
-	wasChunked := pt.head.gen != ""
-	h, rev, err := pt.in.store.save(ctx, pt.p, snap, pos, pt.pin, pt.rev)
+	h, rev, err := pt.in.store.save(ctx, pt.p, cp, pt.head, pos, pt.pin, pt.rev)
 	if err != nil {
 		return err
 	}
+	gone := garbage(pt.head, h)
 	pt.head, pt.rev = h, rev
 	pt.ckptPos, pt.ckptAt, pt.sinceCkpt = pos, time.Now(), 0
-	if wasChunked || h.gen != "" {
-		pt.purgeChunks(ctx)
+	if err := pt.in.store.purgeGens(ctx, pt.p, gone); err != nil {
+		pt.log.Warn("purge old checkpoint chunks", "err", err)
 	}
 	pt.in.m.checkpoint.Observe(time.Since(start).Seconds())
 	pt.in.addStats(func(s *Stats) { s.Checkpoints++ })
 	return nil
-}
-
-// purgeChunks removes the chunks no longer named by the head: all of them
-// when the head is inline, those written before its own otherwise.
-func (pt *partition) purgeChunks(ctx context.Context) {
-	if err := pt.in.store.purgeChunks(ctx, pt.p, pt.head.firstSeq); err != nil {
-		pt.log.Warn("purge old checkpoint chunks", "err", err)
-	}
 }
 
 // resync recovers from cause while owning: a gap is mended by rewinding the

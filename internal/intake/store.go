@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/eventgate/eventgate/internal/series"
 )
 
 // Errors of the checkpoint store.
@@ -25,11 +29,14 @@ var (
 	ErrPartitionsChanged = errors.New("intake partition count differs from the checkpoints'")
 )
 
-// store keeps every partition's latest checkpoint in a KV bucket: the key
-// "head.<p>" holds the snapshot itself when it fits in one message, or
-// names its chunks, "chunk.<p>.<gen>.<i>", written before the head. Only the
-// head is compare-and-set: chunks of a generation no head names are garbage,
-// purged from the bucket's stream by sequence after a later head is set.
+// store keeps every partition's latest checkpoint in a KV bucket (see
+// series.Checkpoint): the key "head.<p>" holds the checkpoint's head
+// snapshot itself when it fits in one message, or names its chunks, and it
+// names the checkpoint's segments. Every value too large for one message
+// (a head snapshot, a segment) is a blob: chunks "chunk.<p>.<gen>.<i>" with
+// a fresh gen, written before the head that names them. Only the head is
+// compare-and-set: blobs no head names are garbage, purged from the
+// bucket's stream after a later head is set (see garbage and purgeUnnamed).
 type store struct {
 	kv        jetstream.KeyValue
 	js        jetstream.JetStream
@@ -37,27 +44,44 @@ type store struct {
 	chunkSize int
 }
 
+// blob names a value stored in chunks.
+type blob struct {
+	gen      string
+	chunks   uint32
+	firstSeq uint64 // bucket sequence of chunk 0
+	size     uint64
+	crc      uint32 // CRC-32C of the value
+}
+
+// segRef names a checkpoint segment.
+type segRef struct {
+	id uint64
+	blob
+}
+
 // head is a partition's checkpoint record. Schema (protobuf wire format):
 //
 //	message Head {
-//	  uint64 position  = 1; // snapshot's series.Aggregator.Position
+//	  uint64 position  = 1; // the checkpoint's series.Aggregator.Position
 //	  string owner     = 2; // pin id of the replica that wrote it (for humans)
-//	  bytes  inline    = 3; // the snapshot, when it fits
-//	  string gen       = 4; // chunk generation, when chunked
+//	  bytes  inline    = 3; // the head snapshot, when it fits
+//	  string gen       = 4; // its chunks' generation, when chunked
 //	  uint32 chunks    = 5;
 //	  uint64 first_seq = 6; // bucket sequence of chunk 0
-//	  uint64 size      = 7; // snapshot bytes
-//	  fixed32 crc      = 8; // CRC-32C of the snapshot
+//	  uint64 size      = 7; // head snapshot bytes
+//	  fixed32 crc      = 8; // CRC-32C of the head snapshot
+//	  repeated Segment segments = 9;
+//	}
+//	message Segment {
+//	  uint64 id = 1;
+//	  string gen = 2; uint32 chunks = 3; uint64 first_seq = 4; uint64 size = 5; fixed32 crc = 6;
 //	}
 type head struct {
 	position uint64
 	owner    string
 	inline   []byte
-	gen      string
-	chunks   uint32
-	firstSeq uint64
-	size     uint64
-	crc      uint32
+	blob     // of the head snapshot, when gen is set
+	segments []segRef
 }
 
 const (
@@ -69,6 +93,14 @@ const (
 	hFirstSeq protowire.Number = 6
 	hSize     protowire.Number = 7
 	hCRC      protowire.Number = 8
+	hSegment  protowire.Number = 9
+
+	sID       protowire.Number = 1
+	sGen      protowire.Number = 2
+	sChunks   protowire.Number = 3
+	sFirstSeq protowire.Number = 4
+	sSize     protowire.Number = 5
+	sCRC      protowire.Number = 6
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -93,16 +125,34 @@ func (h head) marshal() []byte {
 	b = protowire.AppendTag(b, hSize, protowire.VarintType)
 	b = protowire.AppendVarint(b, h.size)
 	b = protowire.AppendTag(b, hCRC, protowire.Fixed32Type)
-	return protowire.AppendFixed32(b, h.crc)
+	b = protowire.AppendFixed32(b, h.crc)
+	var sb []byte
+	for _, sg := range h.segments {
+		sb = protowire.AppendTag(sb[:0], sID, protowire.VarintType)
+		sb = protowire.AppendVarint(sb, sg.id)
+		sb = protowire.AppendTag(sb, sGen, protowire.BytesType)
+		sb = protowire.AppendString(sb, sg.gen)
+		sb = protowire.AppendTag(sb, sChunks, protowire.VarintType)
+		sb = protowire.AppendVarint(sb, uint64(sg.chunks))
+		sb = protowire.AppendTag(sb, sFirstSeq, protowire.VarintType)
+		sb = protowire.AppendVarint(sb, sg.firstSeq)
+		sb = protowire.AppendTag(sb, sSize, protowire.VarintType)
+		sb = protowire.AppendVarint(sb, sg.size)
+		sb = protowire.AppendTag(sb, sCRC, protowire.Fixed32Type)
+		sb = protowire.AppendFixed32(sb, sg.crc)
+		b = protowire.AppendTag(b, hSegment, protowire.BytesType)
+		b = protowire.AppendBytes(b, sb)
+	}
+	return b
 }
 
-func unmarshalHead(b []byte) (head, error) {
-	var h head
-	bad := fmt.Errorf("%w: head", ErrCorruptCheckpoint)
+// fields calls f for every field of a protobuf message: varint and fixed32
+// values in v, bytes in s. It fails on malformed input.
+func fields(b []byte, f func(num protowire.Number, v uint64, s []byte)) bool {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return h, bad
+			return false
 		}
 		b = b[n:]
 		var v uint64
@@ -113,16 +163,25 @@ func unmarshalHead(b []byte) (head, error) {
 		case protowire.BytesType:
 			s, n = protowire.ConsumeBytes(b)
 		case protowire.Fixed32Type:
-			var f uint32
-			f, n = protowire.ConsumeFixed32(b)
-			v = uint64(f)
+			var x uint32
+			x, n = protowire.ConsumeFixed32(b)
+			v = uint64(x)
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
 		if n < 0 {
-			return h, bad
+			return false
 		}
 		b = b[n:]
+		f(num, v, s)
+	}
+	return true
+}
+
+func unmarshalHead(b []byte) (head, error) {
+	var h head
+	okSegs := true
+	ok := fields(b, func(num protowire.Number, v uint64, s []byte) {
 		switch num {
 		case hPosition:
 			h.position = v
@@ -140,7 +199,29 @@ func unmarshalHead(b []byte) (head, error) {
 			h.size = v
 		case hCRC:
 			h.crc = uint32(v)
+		case hSegment:
+			var sg segRef
+			okSegs = fields(s, func(num protowire.Number, v uint64, s []byte) {
+				switch num {
+				case sID:
+					sg.id = v
+				case sGen:
+					sg.gen = string(s)
+				case sChunks:
+					sg.chunks = uint32(v)
+				case sFirstSeq:
+					sg.firstSeq = v
+				case sSize:
+					sg.size = v
+				case sCRC:
+					sg.crc = uint32(v)
+				}
+			}) && okSegs && sg.gen != ""
+			h.segments = append(h.segments, sg)
 		}
+	})
+	if !ok || !okSegs {
+		return h, fmt.Errorf("%w: head", ErrCorruptCheckpoint)
 	}
 	return h, nil
 }
@@ -174,8 +255,8 @@ func (s *store) checkMeta(ctx context.Context, partitions int) error {
 	return nil
 }
 
-// load returns partition p's latest checkpoint: its snapshot (nil when
-// there is none), its head and the head's revision (0 when none).
+// load returns partition p's latest checkpoint: its head snapshot (nil
+// when there is none), its head and the head's revision (0 when none).
 func (s *store) load(ctx context.Context, p int) ([]byte, head, uint64, error) {
 	e, err := s.kv.Get(ctx, headKey(p))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -190,24 +271,62 @@ func (s *store) load(ctx context.Context, p int) ([]byte, head, uint64, error) {
 	}
 	snap := h.inline
 	if h.gen != "" {
-		snap = make([]byte, 0, h.size)
-		for i := 0; i < int(h.chunks); i++ {
-			c, err := s.kv.Get(ctx, chunkKey(p, h.gen, i))
-			if err != nil {
-				// A missing chunk means a newer head replaced this one and
-				// purged it: the caller reads the head again.
-				return nil, head{}, 0, fmt.Errorf("%w: chunk %d of %s: %w", ErrFenced, i, h.gen, err)
-			}
-			snap = append(snap, c.Value()...)
+		if snap, err = s.readBlob(ctx, p, h.blob); err != nil {
+			return nil, head{}, 0, err
 		}
-	}
-	if uint64(len(snap)) != h.size || crc32.Checksum(snap, castagnoli) != h.crc {
+	} else if uint64(len(snap)) != h.size || crc32.Checksum(snap, castagnoli) != h.crc {
 		return nil, head{}, 0, fmt.Errorf("%w: partition %d: snapshot size or checksum mismatch", ErrCorruptCheckpoint, p)
 	}
 	if len(snap) == 0 {
 		snap = nil
 	}
 	return snap, h, e.Revision(), nil
+}
+
+// segment reads segment id of head h of partition p.
+func (s *store) segment(ctx context.Context, p int, h head, id uint64) ([]byte, error) {
+	for _, sg := range h.segments {
+		if sg.id == id {
+			return s.readBlob(ctx, p, sg.blob)
+		}
+	}
+	return nil, fmt.Errorf("%w: partition %d: the head does not name segment %d", ErrCorruptCheckpoint, p, id)
+}
+
+// readBlob reads a chunked value of partition p.
+func (s *store) readBlob(ctx context.Context, p int, b blob) ([]byte, error) {
+	v := make([]byte, 0, b.size)
+	for i := 0; i < int(b.chunks); i++ {
+		c, err := s.kv.Get(ctx, chunkKey(p, b.gen, i))
+		if err != nil {
+			// A missing chunk means a newer head replaced the one naming
+			// it and purged it: the caller reads the head again.
+			return nil, fmt.Errorf("%w: chunk %d of %s: %w", ErrFenced, i, b.gen, err)
+		}
+		v = append(v, c.Value()...)
+	}
+	if uint64(len(v)) != b.size || crc32.Checksum(v, castagnoli) != b.crc {
+		return nil, fmt.Errorf("%w: partition %d: %s: size or checksum mismatch", ErrCorruptCheckpoint, p, b.gen)
+	}
+	return v, nil
+}
+
+// writeBlob stores v in chunks of partition p under a fresh generation.
+func (s *store) writeBlob(ctx context.Context, p int, v []byte) (blob, error) {
+	b := blob{gen: uuid.NewString(), size: uint64(len(v)), crc: crc32.Checksum(v, castagnoli)}
+	for i := 0; i == 0 || len(v) > 0; i++ {
+		n := min(len(v), s.chunkSize)
+		seq, err := s.kv.Put(ctx, chunkKey(p, b.gen, i), v[:n])
+		if err != nil {
+			return blob{}, fmt.Errorf("write checkpoint chunk: %w", err)
+		}
+		if i == 0 {
+			b.firstSeq = seq
+		}
+		b.chunks++
+		v = v[n:]
+	}
+	return b, nil
 }
 
 // putHead compare-and-sets partition p's head: it must still be at rev (0:
@@ -233,26 +352,37 @@ func (s *store) putHead(ctx context.Context, p int, h head, rev uint64) (uint64,
 	return n, nil
 }
 
-// save writes snapshot snap of partition p at position pos, then sets the
-// head, compare-and-set on rev. It returns the new head and revision.
-func (s *store) save(ctx context.Context, p int, snap []byte, pos uint64, owner string, rev uint64) (head, uint64, error) {
-	h := head{position: pos, owner: owner, size: uint64(len(snap)), crc: crc32.Checksum(snap, castagnoli)}
-	if len(snap) <= s.chunkSize {
-		h.inline = snap
-	} else {
-		h.gen = uuid.NewString()
-		for i := 0; len(snap) > 0; i++ {
-			n := min(len(snap), s.chunkSize)
-			seq, err := s.kv.Put(ctx, chunkKey(p, h.gen, i), snap[:n])
+// save writes checkpoint cp of partition p at position pos: its new
+// segment, its head snapshot when it does not fit in the head, then the
+// head, compare-and-set on rev. prev is the head cp follows: the segments
+// of prev that cp still needs are carried over. It returns the new head and
+// revision.
+func (s *store) save(ctx context.Context, p int, cp series.Checkpoint, prev head, pos uint64, owner string, rev uint64) (head, uint64, error) {
+	snap := cp.Head
+	h := head{position: pos, owner: owner}
+	for _, id := range cp.Live {
+		if cp.Segment != nil && id == cp.Segment.ID {
+			b, err := s.writeBlob(ctx, p, cp.Segment.Data)
 			if err != nil {
-				return head{}, 0, fmt.Errorf("write checkpoint chunk: %w", err)
+				return head{}, 0, err
 			}
-			if i == 0 {
-				h.firstSeq = seq
-			}
-			h.chunks++
-			snap = snap[n:]
+			h.segments = append(h.segments, segRef{id: id, blob: b})
+			continue
 		}
+		i := slices.IndexFunc(prev.segments, func(sg segRef) bool { return sg.id == id })
+		if i < 0 {
+			return head{}, 0, fmt.Errorf("%w: partition %d: checkpoint needs segment %d, which its previous head does not name", ErrCorruptCheckpoint, p, id)
+		}
+		h.segments = append(h.segments, prev.segments[i])
+	}
+	if len(snap) <= s.chunkSize {
+		h.inline, h.size, h.crc = snap, uint64(len(snap)), crc32.Checksum(snap, castagnoli)
+	} else {
+		b, err := s.writeBlob(ctx, p, snap)
+		if err != nil {
+			return head{}, 0, err
+		}
+		h.blob = b
 	}
 	n, err := s.putHead(ctx, p, h, rev)
 	if err != nil {
@@ -261,20 +391,73 @@ func (s *store) save(ctx context.Context, p int, snap []byte, pos uint64, owner 
 	return h, n, nil
 }
 
-// purgeChunks removes partition p's chunks stored before sequence below
-// (all of them when below is 0): those of heads that are no longer current
-// and of checkpoints that never got a head.
-func (s *store) purgeChunks(ctx context.Context, p int, below uint64) error {
+// gens is the set of chunk generations h names.
+func (h head) gens() map[string]bool {
+	g := make(map[string]bool, len(h.segments)+1)
+	if h.gen != "" {
+		g[h.gen] = true
+	}
+	for _, sg := range h.segments {
+		g[sg.gen] = true
+	}
+	return g
+}
+
+// garbage lists the generations prev names and next does not.
+func garbage(prev, next head) []string {
+	keep := next.gens()
+	var gone []string
+	for g := range prev.gens() {
+		if !keep[g] {
+			gone = append(gone, g)
+		}
+	}
+	return gone
+}
+
+// purgeGens removes partition p's chunks of generations gens.
+func (s *store) purgeGens(ctx context.Context, p int, gens []string) error {
+	if len(gens) == 0 {
+		return nil
+	}
 	st, err := s.js.Stream(ctx, "KV_"+s.bucket)
 	if err != nil {
 		return fmt.Errorf("purge checkpoint chunks: %w", err)
 	}
-	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject("$KV." + s.bucket + ".chunk." + strconv.Itoa(p) + ".>")}
-	if below > 0 {
-		opts = append(opts, jetstream.WithPurgeSequence(below))
-	}
-	if err := st.Purge(ctx, opts...); err != nil {
-		return fmt.Errorf("purge checkpoint chunks: %w", err)
+	for _, g := range gens {
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(s.chunkSubject(p, g))); err != nil {
+			return fmt.Errorf("purge checkpoint chunks %s: %w", g, err)
+		}
 	}
 	return nil
+}
+
+// purgeUnnamed removes every chunk of partition p that h does not name:
+// those of heads replaced meanwhile and of checkpoints that never got a
+// head (a failed compare-and-set, a crash).
+func (s *store) purgeUnnamed(ctx context.Context, p int, h head) error {
+	st, err := s.js.Stream(ctx, "KV_"+s.bucket)
+	if err != nil {
+		return fmt.Errorf("purge checkpoint chunks: %w", err)
+	}
+	prefix := "$KV." + s.bucket + ".chunk." + strconv.Itoa(p) + "."
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return fmt.Errorf("purge checkpoint chunks: %w", err)
+	}
+	keep := h.gens()
+	var gone []string
+	seen := map[string]bool{}
+	for subj := range info.State.Subjects {
+		g, _, ok := strings.Cut(strings.TrimPrefix(subj, prefix), ".")
+		if ok && !keep[g] && !seen[g] {
+			seen[g] = true
+			gone = append(gone, g)
+		}
+	}
+	return s.purgeGens(ctx, p, gone)
+}
+
+func (s *store) chunkSubject(p int, gen string) string {
+	return "$KV." + s.bucket + ".chunk." + strconv.Itoa(p) + "." + gen + ".>"
 }

@@ -42,84 +42,116 @@ func chunkKeys(t *testing.T, s *store) []string {
 	return keys
 }
 
-// TestStore checks the checkpoint store: chunked and inline snapshots read
-// back intact, a stale compare-and-set is fenced, superseded chunks are
-// purged, and a head whose chunks are gone reads as fenced.
+// TestStore checks the checkpoint store: chunked and inline head snapshots
+// and segments read back intact, a head carries over the segments its
+// checkpoint still needs, a stale compare-and-set is fenced, superseded and
+// orphaned chunks are purged, and a head whose chunks are gone reads as
+// fenced.
 func TestStore(t *testing.T) {
 	s := newTestStore(t, 64)
 	ctx := context.Background()
 	big := bytes.Repeat([]byte("0123456789"), 30) // 5 chunks
 	small := []byte("small")
+	seg := func(id uint64, n int) *series.Segment {
+		return &series.Segment{ID: id, Data: bytes.Repeat([]byte{byte(id)}, n)}
+	}
 
 	snap, _, rev, err := s.load(ctx, 1)
 	if snap != nil || rev != 0 || err != nil {
 		t.Fatalf("empty partition: %v %d %v", snap, rev, err)
 	}
-	h1, rev1, err := s.save(ctx, 1, big, 10, "owner-a", 0)
+	// A chunked head snapshot and a 2-chunk segment.
+	h1, rev1, err := s.save(ctx, 1, series.Checkpoint{Head: big, Segment: seg(5, 100), Live: []uint64{5}}, head{}, 10, "owner-a", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h1.gen == "" || h1.chunks != 5 {
-		t.Fatalf("head %+v, want 5 chunks", h1)
+	if h1.gen == "" || h1.chunks != 5 || len(h1.segments) != 1 || h1.segments[0].chunks != 2 {
+		t.Fatalf("head %+v, want 5 chunks and one segment of 2", h1)
 	}
 	snap, h, rev, err := s.load(ctx, 1)
 	if err != nil || !bytes.Equal(snap, big) || rev != rev1 || h.position != 10 || h.owner != "owner-a" {
 		t.Fatalf("load: %q %+v %d %v", snap, h, rev, err)
 	}
+	if b, err := s.segment(ctx, 1, h, 5); err != nil || !bytes.Equal(b, seg(5, 100).Data) {
+		t.Fatalf("segment 5: %v", err)
+	}
+	if _, err := s.segment(ctx, 1, h, 6); !errors.Is(err, ErrCorruptCheckpoint) {
+		t.Fatalf("segment the head does not name: %v", err)
+	}
 
-	// A second owner claims the head; the first one's next checkpoint is fenced.
+	// A second owner claims the head; the first one's next checkpoint is
+	// fenced and leaves orphans (5 + 1 chunks).
 	h.owner = "owner-b"
 	rev2, err := s.putHead(ctx, 1, h, rev1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.save(ctx, 1, big, 20, "owner-a", rev1); !errors.Is(err, ErrFenced) {
+	if _, _, err := s.save(ctx, 1, series.Checkpoint{Head: big, Segment: seg(9, 10), Live: []uint64{5, 9}}, h1, 20, "owner-a", rev1); !errors.Is(err, ErrFenced) {
 		t.Fatalf("stale checkpoint: %v, want ErrFenced", err)
 	}
-	// The fenced checkpoint left 5 orphan chunks; the next one purges them.
-	if n := len(chunkKeys(t, s)); n != 10 {
-		t.Fatalf("%d chunks before the purge, want 10", n)
+	if n := len(chunkKeys(t, s)); n != 13 {
+		t.Fatalf("%d chunks, want 13", n)
 	}
-	big2 := append(bytes.Clone(big), "!"...)
-	h3, rev3, err := s.save(ctx, 1, big2, 30, "owner-b", rev2)
+	if err := s.purgeUnnamed(ctx, 1, h); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(chunkKeys(t, s)); n != 7 {
+		t.Fatalf("%d chunks after purging the orphans, want 7 (the head's)", n)
+	}
+
+	// The next checkpoint: an inline head, segment 5 carried over, a new
+	// segment 9; the old head snapshot is garbage.
+	h3, rev3, err := s.save(ctx, 1, series.Checkpoint{Head: small, Segment: seg(9, 10), Live: []uint64{5, 9}}, h, 30, "owner-b", rev2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.purgeChunks(ctx, 1, h3.firstSeq); err != nil {
+	if len(h3.segments) != 2 || h3.segments[0] != h.segments[0] {
+		t.Fatalf("segments %+v, want 5 carried over, then 9", h3.segments)
+	}
+	if gone := garbage(h, h3); len(gone) != 1 || gone[0] != h.gen {
+		t.Fatalf("garbage %v, want the old head snapshot's %s", gone, h.gen)
+	}
+	if err := s.purgeGens(ctx, 1, garbage(h, h3)); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(chunkKeys(t, s)); n != 5 {
-		t.Fatalf("%d chunks after the purge, want 5 (the current ones)", n)
+	if n := len(chunkKeys(t, s)); n != 3 {
+		t.Fatalf("%d chunks, want 3 (segments 5 and 9)", n)
 	}
-	if snap, _, _, err := s.load(ctx, 1); err != nil || !bytes.Equal(snap, big2) {
-		t.Fatalf("load after purge: %v", err)
-	}
-
-	// Inline, then every chunk goes.
-	if _, _, err := s.save(ctx, 1, small, 40, "owner-b", rev3); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.purgeChunks(ctx, 1, 0); err != nil {
-		t.Fatal(err)
-	}
-	if keys := chunkKeys(t, s); len(keys) != 0 {
-		t.Fatalf("chunks left: %v", keys)
-	}
-	if snap, h, _, err := s.load(ctx, 1); err != nil || !bytes.Equal(snap, small) || h.gen != "" || h.position != 40 {
+	snap, h, _, err = s.load(ctx, 1)
+	if err != nil || !bytes.Equal(snap, small) || h.gen != "" || h.position != 30 {
 		t.Fatalf("inline load: %q %+v %v", snap, h, err)
+	}
+	for _, id := range []uint64{5, 9} {
+		if _, err := s.segment(ctx, 1, h, id); err != nil {
+			t.Fatalf("segment %d: %v", id, err)
+		}
+	}
+	// Segment 5 is no longer needed.
+	h4, _, err := s.save(ctx, 1, series.Checkpoint{Head: small, Live: []uint64{9}}, h3, 40, "owner-b", rev3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.purgeGens(ctx, 1, garbage(h3, h4)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(chunkKeys(t, s)); n != 1 {
+		t.Fatalf("%d chunks, want 1 (segment 9)", n)
+	}
+	// A checkpoint naming a segment its previous head does not have is a bug.
+	if _, _, err := s.save(ctx, 1, series.Checkpoint{Head: small, Live: []uint64{5}}, h4, 50, "owner-b", 0); !errors.Is(err, ErrCorruptCheckpoint) {
+		t.Fatalf("unknown segment: %v", err)
 	}
 
 	// A head naming purged chunks reads as fenced (a newer head replaced it).
-	_, rev5, err := s.save(ctx, 2, big, 1, "x", 0)
+	h5, _, err := s.save(ctx, 2, series.Checkpoint{Head: big}, head{}, 1, "x", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = rev5
-	if err := s.purgeChunks(ctx, 2, 0); err != nil {
+	if err := s.purgeUnnamed(ctx, 2, head{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, _, err := s.load(ctx, 2); !errors.Is(err, ErrFenced) {
-		t.Fatalf("head without chunks: %v, want ErrFenced", err)
+		t.Fatalf("head without chunks: %v, want ErrFenced (%+v)", err, h5)
 	}
 
 	// A corrupt head.
@@ -144,14 +176,18 @@ func TestStore(t *testing.T) {
 
 func TestHeadRoundTrip(t *testing.T) {
 	for _, h := range []head{
-		{position: 7, owner: "o", inline: []byte("snap"), size: 4, crc: 99},
-		{position: 1 << 40, owner: "p", gen: "g-1", chunks: 3, firstSeq: 12, size: 1000, crc: 1},
+		{position: 7, owner: "o", inline: []byte("snap"), blob: blob{size: 4, crc: 99}},
+		{position: 1 << 40, owner: "p", blob: blob{gen: "g-1", chunks: 3, firstSeq: 12, size: 1000, crc: 1}},
+		{position: 9, owner: "q", inline: []byte{}, segments: []segRef{
+			{id: 3, blob: blob{gen: "s-1", chunks: 1, firstSeq: 4, size: 10, crc: 7}},
+			{id: 1 << 33, blob: blob{gen: "s-2", chunks: 2, firstSeq: 5, size: 20, crc: 8}},
+		}},
 	} {
 		got, err := unmarshalHead(h.marshal())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(h, got, cmp.AllowUnexported(head{})); diff != "" {
+		if diff := cmp.Diff(h, got, cmp.AllowUnexported(head{}, blob{}, segRef{})); diff != "" {
 			t.Errorf("round trip (-want +got):\n%s", diff)
 		}
 	}

@@ -173,6 +173,10 @@ type Aggregator struct {
 	clock                            int64 // latest log time seen, unix ns
 	buf                              []byte
 	stats                            Stats
+	// Incremental checkpoints (see Checkpoint): live singletons per
+	// segment, and positions of singletons taken out of a segment since.
+	segLive map[uint64]int
+	removed []uint64
 }
 
 type kind uint8
@@ -194,6 +198,8 @@ type entry struct {
 	seq       uint32   // writes emitted
 	pending   []minute // occurrences not yet written, ascending by minute
 	due       int64    // heap key: never later than dueOf(e)
+	pos       uint64   // log position of the first occurrence
+	seg       uint64   // a singleton's checkpoint segment; 0 until checkpointed
 	idx       int      // index in Aggregator.timers, -1 if not there (singletons)
 	prev      *entry   // in Aggregator.singles or .series
 	next      *entry
@@ -218,6 +224,7 @@ func New(cfg Config) (*Aggregator, error) {
 		finish:    int64(cfg.FinishAfter),
 		entries:   make(map[string]*entry),
 		clock:     math.MinInt64,
+		segLive:   make(map[uint64]int),
 	}, nil
 }
 
@@ -258,6 +265,7 @@ func (a *Aggregator) Observe(ev *eventgatev1.Event, at time.Time, pos uint64) De
 		// Still tracked, so within Window: expired singletons were just
 		// forgotten by runDue. It joins the timers.
 		a.singles.remove(e)
+		a.unsegment(e)
 		a.series.pushBack(e)
 		e.kind = ongoing
 		e.count = 2
@@ -285,7 +293,7 @@ func (a *Aggregator) Observe(ev *eventgatev1.Event, at time.Time, pos uint64) De
 	for len(a.entries) >= a.cfg.MaxActive {
 		ws = a.evict(t, ws)
 	}
-	e = &entry{key: string(a.buf), ev: ev, note: ev.GetNote(), kind: singleton, count: 1, last: t, idx: -1}
+	e = &entry{key: string(a.buf), ev: ev, note: ev.GetNote(), kind: singleton, count: 1, last: t, idx: -1, pos: pos}
 	e.addMinute(t)
 	a.entries[e.key] = e
 	a.singles.pushBack(e)
@@ -475,6 +483,7 @@ func (a *Aggregator) forget(e *entry) {
 	}
 	if e.kind == singleton {
 		a.singles.remove(e)
+		a.unsegment(e)
 	} else {
 		a.series.remove(e)
 	}

@@ -39,6 +39,7 @@ const snapshotVersion = 1
 //	  uint32 seq        = 7; // writes emitted
 //	  repeated sint64 pending_minutes = 8; // unix minutes not yet written, ascending
 //	  repeated uint32 pending_counts  = 9; // occurrences in each
+//	  uint64 position = 10; // log position of the first occurrence
 //	}
 const (
 	snapVersion  protowire.Number = 1
@@ -116,6 +117,10 @@ func appendEntry(b []byte, e *entry, ev []byte) []byte {
 		b = protowire.AppendTag(b, entCounts, protowire.BytesType)
 		b = protowire.AppendBytes(b, p)
 	}
+	if e.pos != 0 {
+		b = protowire.AppendTag(b, entPos, protowire.VarintType)
+		b = protowire.AppendVarint(b, e.pos)
+	}
 	return b
 }
 
@@ -126,65 +131,40 @@ func Restore(cfg Config, b []byte) (*Aggregator, error) {
 	if err != nil {
 		return nil, err
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrCorruptSnapshot}, args...)...)
+	p, err := parseSnapshot(b)
+	if err != nil {
+		return nil, err
 	}
-	version := uint64(0)
-	var raw [][]byte
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, bad("%v", protowire.ParseError(n))
-		}
-		b = b[n:]
-		switch {
-		case num == snapVersion && typ == protowire.VarintType:
-			version, n = protowire.ConsumeVarint(b)
-		case num == snapPosition && typ == protowire.VarintType:
-			a.pos, n = protowire.ConsumeVarint(b)
-		case num == snapClock && typ == protowire.VarintType:
-			var v uint64
-			v, n = protowire.ConsumeVarint(b)
-			a.clock = protowire.DecodeZigZag(v)
-		case num == snapEntry && typ == protowire.BytesType:
-			var v []byte
-			v, n = protowire.ConsumeBytes(b)
-			raw = append(raw, v)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if n < 0 {
-			return nil, bad("field %d: %v", num, protowire.ParseError(n))
-		}
-		b = b[n:]
+	if p.version != snapshotVersion {
+		return nil, corrupt("version %d, want %d", p.version, snapshotVersion)
 	}
-	if version != snapshotVersion {
-		return nil, bad("version %d, want %d", version, snapshotVersion)
-	}
-	a.timers = make(timers, 0, len(raw))
-	for i, r := range raw {
+	a.pos, a.clock = p.position, p.clock
+	a.timers = make(timers, 0, len(p.entries))
+	singles := 0
+	for i, r := range p.entries {
 		e, err := a.decodeEntry(r)
 		if err != nil {
-			return nil, bad("entry %d: %v", i, err)
+			return nil, corrupt("entry %d: %v", i, err)
 		}
-		e.key = string(appendKey(nil, e.ev))
-		if _, dup := a.entries[e.key]; dup {
-			return nil, bad("entry %d: key of uid %s tracked twice", i, e.ev.GetUid())
-		}
-		a.entries[e.key] = e
 		if e.kind == singleton {
-			if t := a.singles.tail; t != nil && t.last > e.last {
-				return nil, bad("entry %d: singletons out of order", i)
+			if t := a.singles.tail; t != nil && (t.last > e.last || e.pos != 0 && t.pos >= e.pos) {
+				return nil, corrupt("entry %d: singletons out of order", i)
 			}
-			a.singles.pushBack(e)
-		} else {
-			a.series.pushBack(e)
+			singles++
 		}
-		e.idx = -1
-		if e.kind == ongoing {
-			e.due = a.dueOf(e)
-			e.idx = len(a.timers)
-			a.timers = append(a.timers, e)
+		if err := a.track(e); err != nil {
+			return nil, corrupt("entry %d: %v", i, err)
+		}
+	}
+	// Snapshots written before positions were recorded: any increasing
+	// positions up to Position will do (there were as many entries).
+	if h := a.singles.head; h != nil && h.pos == 0 {
+		next := uint64(1)
+		if uint64(singles) < a.pos {
+			next = a.pos - uint64(singles) + 1
+		}
+		for e := h; e != nil; e = e.next {
+			e.pos, next = next, next+1
 		}
 	}
 	heap.Init(&a.timers)
@@ -223,6 +203,8 @@ func (a *Aggregator) decodeEntry(b []byte) (*entry, error) {
 			e.lastWrite = protowire.DecodeZigZag(v)
 		case num == entSeq && typ == protowire.VarintType:
 			seq, n = protowire.ConsumeVarint(b)
+		case num == entPos && typ == protowire.VarintType:
+			e.pos, n = protowire.ConsumeVarint(b)
 		case num == entMinutes && typ == protowire.BytesType:
 			minutes, n = consumePacked(b, minutes)
 		case num == entCounts && typ == protowire.BytesType:
