@@ -67,8 +67,8 @@
 //
 // # Protocol for the partition owner
 //
-//  1. Take over: a := Restore(cfg, the partition's last persisted snapshot),
-//     or New(cfg) when there is none. Consume the partition's log from
+//  1. Take over: a := RestoreCheckpoint(cfg, the partition's last persisted
+//     head, a reader of its segments), or New(cfg) when there is none. Consume the partition's log from
 //     a.Position()+1 (entries at or below Position are ignored anyway, so a
 //     durable consumer's redeliveries are harmless).
 //  2. For each entry, in log order: Observe(ev, entry timestamp, entry
@@ -77,8 +77,9 @@
 //     be asynchronous. Decision.Outcome and UID are the Emit result.
 //  3. Checkpoint every so often (every few seconds, or every N entries):
 //     wait until every publish issued so far is acknowledged, then persist
-//     a.Snapshot() (a KV put; compare-and-set on the revision read at
-//     takeover fences off a deposed owner), then — only if the consumer is
+//     a.Checkpoint(): its new segment, then its head (a KV put;
+//     compare-and-set on the revision read at takeover fences off a
+//     deposed owner; a failed one means restoring the last head), then — only if the consumer is
 //     durable with AckAll — acknowledge the log up to the snapshot's
 //     Position. Never acknowledge an entry before a persisted snapshot covers
 //     it, and never persist a snapshot before the writes it implies are
