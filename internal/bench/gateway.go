@@ -1,0 +1,271 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
+)
+
+// Gateway is the gateway binary running as a child process on its embedded
+// defaults, on loopback ports of its own.
+type Gateway struct {
+	cmd      *exec.Cmd
+	exited   chan error
+	DataDir  string
+	GRPCAddr string
+	HTTPURL  string
+	NATSURL  string
+
+	conn      *grpc.ClientConn
+	Events    eventgatev1.EventServiceClient
+	Analytics eventgatev1.AnalyticsServiceClient
+	nc        *nats.Conn
+	js        jetstream.JetStream
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// StartGateway runs bin with --data-dir dataDir (every other setting at its
+// default, except loopback ports and a NATS listener for the stream
+// counts), its output appended to logPath, and waits until /readyz answers
+// 200.
+func StartGateway(ctx context.Context, bin, dataDir, logPath string, extra ...string) (*Gateway, error) {
+	grpcAddr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	httpAddr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	natsAddr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("gateway log: %w", err)
+	}
+	args := append([]string{"--data-dir", dataDir, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--nats-listen", natsAddr}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	g := &Gateway{cmd: cmd, exited: make(chan error, 1), DataDir: dataDir, GRPCAddr: grpcAddr,
+		HTTPURL: "http://" + httpAddr, NATSURL: "nats://" + natsAddr}
+	go func() {
+		g.exited <- cmd.Wait()
+		logf.Close()
+	}()
+	ready := func() (bool, error) {
+		select {
+		case err := <-g.exited:
+			g.exited <- err
+			return false, fmt.Errorf("gateway exited before ready (%v); see %s", err, logPath)
+		default:
+		}
+		resp, err := http.Get(g.HTTPURL + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}
+	if err := WaitFor(ctx, 3*time.Minute, ready); err != nil {
+		g.Stop()
+		return nil, fmt.Errorf("gateway not ready: %w", err)
+	}
+	if g.conn, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		g.Stop()
+		return nil, fmt.Errorf("grpc client: %w", err)
+	}
+	g.Events = eventgatev1.NewEventServiceClient(g.conn)
+	g.Analytics = eventgatev1.NewAnalyticsServiceClient(g.conn)
+	if g.nc, err = nats.Connect(g.NATSURL, nats.Name("bench-observer")); err != nil {
+		g.Stop()
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	if g.js, err = jetstream.New(g.nc); err != nil {
+		g.Stop()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return g, nil
+}
+
+// Conn opens one more gRPC connection to the gateway.
+func (g *Gateway) Conn() (*grpc.ClientConn, error) {
+	c, err := grpc.NewClient(g.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("grpc client: %w", err)
+	}
+	return c, nil
+}
+
+// Pid is the gateway's process id.
+func (g *Gateway) Pid() int { return g.cmd.Process.Pid }
+
+// Memory returns the gateway's peak and current resident set (VmHWM,
+// VmRSS) in MiB.
+func (g *Gateway) Memory() (peak, now float64, err error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(g.Pid()) + "/status")
+	if err != nil {
+		return 0, 0, fmt.Errorf("process status: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (k != "VmHWM" && k != "VmRSS") {
+			continue
+		}
+		kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", k, err)
+		}
+		if k == "VmHWM" {
+			peak = kb / 1024
+		} else {
+			now = kb / 1024
+		}
+	}
+	return peak, now, sc.Err()
+}
+
+// AckFloor is the resourceVersion Query answers at: the stream sequence up
+// to which ClickHouse holds every event. The field selector asks for a
+// reason equal to two values, which the service answers from the floor
+// alone, without reading ClickHouse.
+func (g *Gateway) AckFloor(ctx context.Context) (uint64, error) {
+	resp, err := g.Events.Query(ctx, &eventgatev1.QueryRequest{FieldSelector: "reason=a,reason=b", PageSize: 1})
+	if err != nil {
+		return 0, fmt.Errorf("query: %w", err)
+	}
+	rv, err := strconv.ParseUint(resp.ResourceVersion, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("query resourceVersion %q: %w", resp.ResourceVersion, err)
+	}
+	return rv, nil
+}
+
+// WaitQueryable waits until Query's resourceVersion reaches rv and returns
+// when it saw that.
+func (g *Gateway) WaitQueryable(ctx context.Context, rv uint64, timeout time.Duration) (time.Time, error) {
+	var at time.Time
+	err := WaitFor(ctx, timeout, func() (bool, error) {
+		f, err := g.AckFloor(ctx)
+		at = time.Now()
+		return f >= rv, err
+	})
+	return at, err
+}
+
+// StreamState returns the events stream's last sequence and, when filter
+// is set, how many messages it holds on subjects matching filter.
+func (g *Gateway) StreamState(ctx context.Context, filter string) (last, msgs uint64, err error) {
+	s, err := g.js.Stream(ctx, ejs.DefaultConfig().Stream)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream: %w", err)
+	}
+	var opts []jetstream.StreamInfoOpt
+	if filter != "" {
+		opts = append(opts, jetstream.WithSubjectFilter(filter))
+	}
+	info, err := s.Info(ctx, opts...)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream info: %w", err)
+	}
+	msgs = info.State.Msgs
+	if filter != "" {
+		msgs = 0
+		for _, n := range info.State.Subjects {
+			msgs += n
+		}
+	}
+	return info.State.LastSeq, msgs, nil
+}
+
+// Metric reads one unlabelled counter or gauge from /metrics.
+func (g *Gateway) Metric(ctx context.Context, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.HTTPURL+"/metrics", nil)
+	if err != nil {
+		return 0, fmt.Errorf("metrics: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, fmt.Errorf("metric %s: %w", name, err)
+			}
+			return f, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("metrics: %w", err)
+	}
+	return 0, fmt.Errorf("metric %s not exported", name)
+}
+
+// Stop ends the gateway gracefully (SIGTERM), killing it after a minute.
+func (g *Gateway) Stop() error {
+	if g.nc != nil {
+		g.nc.Close()
+	}
+	if g.conn != nil {
+		g.conn.Close()
+	}
+	select {
+	case err := <-g.exited:
+		g.exited <- err
+		return nil
+	default:
+	}
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop gateway: %w", err)
+	}
+	select {
+	case err := <-g.exited:
+		g.exited <- err
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			return fmt.Errorf("gateway: %w", err)
+		}
+		return nil
+	case <-time.After(time.Minute):
+		g.cmd.Process.Kill()
+		return errors.New("gateway did not stop within a minute of SIGTERM: killed")
+	}
+}

@@ -1,0 +1,508 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/config"
+)
+
+// Scale sizes a run.
+type Scale struct {
+	Name            string
+	Runs            int           // runs per figure (the table shows their median)
+	EmitDuration    time.Duration // each sustained throughput run
+	LatencyDuration time.Duration // each paced latency run
+	StoreEvents     int           // events in the generated store
+	QueryCalls      int           // calls per query kind per run
+	StormSeries     int
+	StormRepeats    int // occurrences per series
+	Watchers        int
+	PublishTotal    int // messages per JetStream baseline run
+	InsertBatches   int // batches per ClickHouse baseline run
+}
+
+// Scales are the sizes `make bench BENCH_SCALE=…` knows.
+var Scales = map[string]Scale{
+	"full": {Name: "full", Runs: 3, EmitDuration: 30 * time.Second, LatencyDuration: 20 * time.Second, StoreEvents: 10_000_000,
+		QueryCalls: 200, StormSeries: 100, StormRepeats: 10_000, Watchers: 1000, PublishTotal: 200_000, InsertBatches: 10},
+	"small": {Name: "small", Runs: 3, EmitDuration: 5 * time.Second, LatencyDuration: 5 * time.Second, StoreEvents: 300_000,
+		QueryCalls: 40, StormSeries: 100, StormRepeats: 1000, Watchers: 1000, PublishTotal: 50_000, InsertBatches: 4},
+}
+
+// Config says what to run where.
+type Config struct {
+	Scale Scale
+	// GatewayBin is the gateway binary; Self the bench binary, run again
+	// for the steps that load the embedded ClickHouse engine.
+	GatewayBin, Self string
+	// WorkDir holds the data directories (emptied first) and the gateway log.
+	WorkDir string
+	ChDBLib string
+	// Only, when not empty, runs only these sections (baselines are always
+	// measured): query, emit, latency, storm.
+	Only map[string]bool
+	Log  io.Writer
+}
+
+// Section names.
+const (
+	SecBaseline = "1 baseline"
+	SecEmit     = "2 emit"
+	SecLatency  = "3 latency @50%"
+	SecQuery    = "4 query (store)"
+	SecStorm    = "5 series storm"
+	SecMemory   = "6 memory"
+)
+
+type runner struct {
+	cfg   Config
+	start time.Time
+	rep   *Report
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Log, "[%4.0fs] %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (r *runner) want(section string) bool { return len(r.cfg.Only) == 0 || r.cfg.Only[section] }
+
+// Run runs the whole suite and returns the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	r := &runner{cfg: cfg, start: time.Now()}
+	r.rep = &Report{Scale: cfg.Scale.Name, Commit: commit(), Machine: machine(), Started: r.start}
+	sc := cfg.Scale
+	if err := os.RemoveAll(cfg.WorkDir); err != nil {
+		return nil, fmt.Errorf("clean work dir: %w", err)
+	}
+	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+		return nil, fmt.Errorf("work dir: %w", err)
+	}
+	dataDir := filepath.Join(cfg.WorkDir, "gateway")
+	size, err := EventSize()
+	if err != nil {
+		return nil, err
+	}
+	r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("workload: events of %.0f bytes encoded (as stored), 1,000 tenants, 20 kinds, 50 reasons, "+
+		"200 controller instances; 20%% repeat one of 1,000 isomorphic series keys, the others regard a new object each", size))
+
+	// 4 (store first: the gateway must be stopped while it is generated).
+	var info *StoreInfo
+	if r.want("query") {
+		r.logf("generating the store: %d events into %s (gateway stopped)", sc.StoreEvents, dataDir)
+		info = &StoreInfo{}
+		if err := r.child(ctx, info, "gen-store", "-dir", filepath.Join(dataDir, "clickhouse"), "-events", strconv.Itoa(sc.StoreEvents)); err != nil {
+			return nil, fmt.Errorf("generate store: %w", err)
+		}
+		r.logf("store: %d events, %d rows in %v (%.0f events/s), merges %v, %.0f bytes/row", info.Events, info.Rows,
+			info.Elapsed.Round(time.Millisecond), float64(info.Events)/info.Elapsed.Seconds(), info.Merge.Round(time.Second), info.BytesRow)
+	}
+
+	// 1. Raw ingest baselines, before the gateway runs.
+	base, err := r.baselines(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	r.logf("starting %s on %s", cfg.GatewayBin, dataDir)
+	g, err := StartGateway(ctx, cfg.GatewayBin, dataDir, filepath.Join(cfg.WorkDir, "gateway.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer g.Stop()
+	r.logf("gateway pid %d ready: gRPC %s, HTTP %s", g.Pid(), g.GRPCAddr, g.HTTPURL)
+
+	if info != nil {
+		r.queries(ctx, g, info)
+	}
+	var streamRate float64
+	if r.want("emit") || r.want("latency") {
+		streamRate = r.throughput(ctx, g, base)
+	}
+	if r.want("latency") && streamRate > 0 {
+		r.latency(ctx, g, int(streamRate/2))
+	}
+	if r.want("storm") {
+		r.storm(ctx, g)
+	}
+	peak, _, err := g.Memory()
+	if err != nil {
+		r.rep.Failed(SecMemory, "gateway peak RSS (VmHWM)", "MiB", nil, err)
+	} else {
+		r.rep.Add(SecMemory, "gateway peak RSS (VmHWM)", "MiB", []float64{peak}, nil, "one gateway process for the whole run, read from /proc/<pid>/status")
+	}
+	r.logf("stopping the gateway (peak RSS %.0f MiB)", peak)
+	if err := g.Stop(); err != nil {
+		r.rep.Notes = append(r.rep.Notes, "gateway stop: "+err.Error())
+	}
+	r.rep.Elapsed = time.Since(r.start).Round(time.Second).String()
+	return r.rep, nil
+}
+
+// child runs the bench binary again with args and decodes its JSON output
+// into out.
+func (r *runner) child(ctx context.Context, out any, args ...string) error {
+	if r.cfg.ChDBLib != "" {
+		args = append(args, "-chdb-lib", r.cfg.ChDBLib)
+	}
+	cmd := exec.CommandContext(ctx, r.cfg.Self, append([]string{"child"}, args...)...)
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, r.cfg.Log
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s child %s: %w", r.cfg.Self, strings.Join(args, " "), err)
+	}
+	if err := jsonDecode(stdout.Bytes(), out); err != nil {
+		return fmt.Errorf("child %s output: %w", args[0], err)
+	}
+	return nil
+}
+
+type baselines struct{ publish, insert float64 }
+
+func (r *runner) baselines(ctx context.Context) (baselines, error) {
+	sc := r.cfg.Scale
+	var b baselines
+	var pubs []float64
+	for i := 0; i < sc.Runs; i++ {
+		dir, err := TempDir(r.cfg.WorkDir, "js-baseline-")
+		if err != nil {
+			return b, err
+		}
+		rate, err := JetStreamPublish(ctx, dir, sc.PublishTotal)
+		os.RemoveAll(dir)
+		if err != nil {
+			return b, fmt.Errorf("jetstream baseline: %w", err)
+		}
+		pubs = append(pubs, rate)
+		r.logf("baseline JetStream PublishAsync run %d: %.0f msgs/s", i+1, rate)
+	}
+	r.rep.Add(SecBaseline, "JetStream PublishAsync (embedded, file storage)", "events/s", pubs, nil,
+		fmt.Sprintf("%d workload events per run into a stream configured as EVENTS", sc.PublishTotal))
+	var ins []float64
+	dir := filepath.Join(r.cfg.WorkDir, "chdb-baseline")
+	if err := r.child(ctx, &ins, "chdb-insert", "-dir", dir, "-batches", strconv.Itoa(sc.InsertBatches), "-runs", strconv.Itoa(sc.Runs)); err != nil {
+		return b, fmt.Errorf("clickhouse baseline: %w", err)
+	}
+	os.RemoveAll(dir)
+	r.logf("baseline ClickHouse insert: %v rows/s", fmtRuns(ins))
+	batch := config.Default().ClickHouse.BatchSize
+	r.rep.Add(SecBaseline, fmt.Sprintf("ClickHouse (chDB) insert, batches of %d", batch), "rows/s", ins, nil,
+		fmt.Sprintf("Store.Insert into the real events table (+ analytics views), %d batches per run, fresh engine in a child process", sc.InsertBatches))
+	b.publish, b.insert = Median(pubs), Median(ins)
+	return b, nil
+}
+
+func fmtRuns(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = formatValue(x)
+	}
+	return strings.Join(parts, " / ")
+}
+
+func (r *runner) queries(ctx context.Context, g *Gateway, info *StoreInfo) {
+	sc := r.cfg.Scale
+	note := fmt.Sprintf("%s events (%s rows with series versions) generated by INSERT … SELECT FROM numbers in %v, gateway stopped; one tenant per call; %d calls per run",
+		thousands(int64(info.Events)), thousands(int64(info.Rows)), info.Elapsed.Round(time.Second), sc.QueryCalls)
+	// The generated rows are versions 1..3: wait until Query reads at
+	// least that.
+	if err := r.warmup(ctx, g, info.MaxSeq); err != nil {
+		for _, k := range QueryKinds {
+			r.rep.Failed(SecQuery, k.Name+" p50", "ms", nil, err)
+		}
+		return
+	}
+	for ki, k := range QueryKinds {
+		goal := Below(50)
+		if k.Analytics {
+			goal = Below(100)
+		}
+		var p50, p99 []float64
+		var failed error
+		for i := 0; i < sc.Runs && failed == nil; i++ {
+			if _, err := RunQueries(ctx, g, info, k, 5, uint64(1000+i)); err != nil { // warm-up
+				failed = err
+				break
+			}
+			lat, err := RunQueries(ctx, g, info, k, sc.QueryCalls, uint64(ki*100+i))
+			if err != nil {
+				failed = err
+				break
+			}
+			p50 = append(p50, Percentile(lat, 0.5))
+			p99 = append(p99, Percentile(lat, 0.99))
+		}
+		switch {
+		case errors.Is(failed, ErrNotBuilt):
+			r.rep.NotBuilt(SecQuery, k.Name+" p50", "ms", goal, "")
+			r.rep.NotBuilt(SecQuery, k.Name+" p99", "ms", nil, "")
+		case failed != nil:
+			r.rep.Failed(SecQuery, k.Name+" p50", "ms", goal, failed)
+		default:
+			r.rep.Add(SecQuery, k.Name+" p50", "ms", p50, goal, note)
+			r.rep.Add(SecQuery, k.Name+" p99", "ms", p99, nil, "")
+			note = ""
+		}
+		r.logf("query %s: p50 %s ms, p99 %s ms (%v)", k.Name, fmtRuns(p50), fmtRuns(p99), failed)
+	}
+}
+
+// warmup emits a few events and waits until Query's resourceVersion is at
+// least floor and covers them.
+func (r *runner) warmup(ctx context.Context, g *Gateway, floor uint64) error {
+	w := NewWorkload("warmup")
+	resp, err := g.Events.Emit(ctx, &eventgatev1.EmitRequest{Events: w.Batch(newRand(1), 10)})
+	if err != nil {
+		return fmt.Errorf("warm-up emit: %w", err)
+	}
+	rv := max(maxRV(resp.Results), floor)
+	if _, err := g.WaitQueryable(ctx, rv, 2*time.Minute); err != nil {
+		return fmt.Errorf("warm-up: resourceVersion %d: %w", rv, err)
+	}
+	return nil
+}
+
+// throughput runs the sustained emit runs and returns the median accepted
+// EmitStream rate.
+func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) float64 {
+	sc := r.cfg.Scale
+	lower := min(base.publish, base.insert)
+	var streamRate float64
+	for _, mode := range []Mode{ModeStream, ModeUnary, ModeREST} {
+		if mode != ModeStream && !r.want("emit") {
+			continue
+		}
+		var acc, e2e, eff, drain []float64
+		var failed error
+		var outcomes map[string]int
+		for i := 0; i < sc.Runs; i++ {
+			t, err := RunThroughput(ctx, g, mode, NewWorkload(fmt.Sprintf("tp%s%d", strings.ToLower(string(mode)), i)), sc.EmitDuration)
+			if err != nil {
+				failed = err
+				break
+			}
+			acc = append(acc, t.Accept)
+			e2e = append(e2e, t.EndToEnd)
+			eff = append(eff, t.EndToEnd/lower)
+			drain = append(drain, t.Drain.Seconds())
+			outcomes = t.Outcomes
+			r.logf("%s run %d: %d accepted, %.0f/s accepted, %.0f/s end to end (drain %v), outcomes %v", mode, i+1, t.Accepted, t.Accept, t.EndToEnd,
+				t.Drain.Round(time.Millisecond), t.Outcomes)
+		}
+		name := string(mode)
+		switch {
+		case errors.Is(failed, ErrNotBuilt):
+			r.rep.NotBuilt(SecEmit, name+" accepted", "events/s", nil, "")
+			continue
+		case failed != nil:
+			r.rep.Failed(SecEmit, name+" accepted", "events/s", nil, failed)
+			continue
+		}
+		shape := fmt.Sprintf("batches of %d, %d in flight", StreamBatch, StreamInFlight)
+		if mode != ModeStream {
+			shape = fmt.Sprintf("%d concurrent callers, %d events per call", UnaryCallers, UnaryBatch)
+		}
+		r.rep.Add(SecEmit, name+" accepted", "events/s", acc, nil, fmt.Sprintf("%v closed loop, %s; last run's outcomes %v", sc.EmitDuration, shape, outcomes))
+		r.rep.Add(SecEmit, name+" end to end (queryable)", "events/s", e2e, nil,
+			fmt.Sprintf("accepted ÷ time until Query's resourceVersion covered the last; drain after the last ack %s s", fmtRuns(drain)))
+		var goal *Goal
+		if mode == ModeStream {
+			goal = AtLeast(0.6)
+			streamRate = Median(acc)
+		}
+		r.rep.Add(SecEmit, name+" efficiency", "ratio", eff, goal, fmt.Sprintf("end to end ÷ lower raw ingest baseline (%s/s)", formatValue(lower)))
+	}
+	return streamRate
+}
+
+func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
+	sc := r.cfg.Scale
+	r.logf("latency: %d watchers, %d events/s offered", sc.Watchers, rate)
+	ws, err := StartWatchers(ctx, g, sc.Watchers, 10)
+	if err != nil {
+		if errors.Is(err, ErrNotBuilt) {
+			r.rep.NotBuilt(SecLatency, "emit→watch p99", "ms", Below(50), "")
+		} else {
+			r.rep.Failed(SecLatency, "emit→watch p99", "ms", Below(50), err)
+		}
+		return
+	}
+	defer ws.Stop()
+	var nats50, nats99, sa50, sa99, ua50, ua99, w50, w99, q50, q99, ratio []float64
+	var notes []string
+	for i := 0; i < sc.Runs; i++ {
+		nl, err := NATSFanout(ctx, g.NATSURL, sc.Watchers, 10, rate, 600, sc.LatencyDuration)
+		if err != nil {
+			r.rep.Failed(SecBaseline, "plain NATS fan-out p99", "ms", nil, err)
+			return
+		}
+		nats50, nats99 = append(nats50, Percentile(nl, 0.5)), append(nats99, Percentile(nl, 0.99))
+		l, err := RunLatency(ctx, g, ws, NewWorkload("lat"+strconv.Itoa(i)), rate, sc.LatencyDuration)
+		if err != nil {
+			r.rep.Failed(SecLatency, "emit→watch p99", "ms", Below(50), err)
+			return
+		}
+		sa50, sa99 = append(sa50, Percentile(l.StreamAck, 0.5)), append(sa99, Percentile(l.StreamAck, 0.99))
+		ua50, ua99 = append(ua50, Percentile(l.UnaryAck, 0.5)), append(ua99, Percentile(l.UnaryAck, 0.99))
+		w50, w99 = append(w50, Percentile(l.Watch, 0.5)), append(w99, Percentile(l.Watch, 0.99))
+		q50, q99 = append(q50, Percentile(l.Queryable, 0.5)), append(q99, Percentile(l.Queryable, 0.99))
+		ratio = append(ratio, Percentile(l.Watch, 0.99)/max(Percentile(nl, 0.99), 0.001))
+		notes = append(notes, fmt.Sprintf("%d/%d", l.Delivered, l.Created))
+		if l.Overflowed > 0 {
+			notes[len(notes)-1] += fmt.Sprintf(" (%d watchers ended as too slow)", l.Overflowed)
+		}
+		r.logf("latency run %d: NATS p99 %.1f ms; stream ack p99 %.1f, unary ack p99 %.1f, watch p50 %.1f p99 %.1f, queryable p50 %.0f p99 %.0f ms; delivered %s",
+			i+1, nats99[i], sa99[i], ua99[i], w50[i], w99[i], q50[i], q99[i], notes[i])
+	}
+	load := fmt.Sprintf("%s events/s offered (50%% of the EmitStream accepted rate) through EmitStream, a batch every %v, %v per run", thousands(int64(rate)), Tick, sc.LatencyDuration)
+	r.rep.Add(SecBaseline, "plain NATS fan-out p50", "ms", nats50, nil, fmt.Sprintf("%d subscriptions on 10 connections to the gateway's own server, at the latency phase's rate, 600-byte messages", sc.Watchers))
+	r.rep.Add(SecBaseline, "plain NATS fan-out p99", "ms", nats99, nil, "")
+	r.rep.Add(SecLatency, "EmitStream batch ack p50", "ms", sa50, nil, load)
+	r.rep.Add(SecLatency, "EmitStream batch ack p99", "ms", sa99, Below(20), "")
+	r.rep.Add(SecLatency, "Emit (unary, 1 event) ack p50", "ms", ua50, nil, "one call every 50 ms alongside the load")
+	r.rep.Add(SecLatency, "Emit (unary, 1 event) ack p99", "ms", ua99, Below(20), "")
+	r.rep.Add(SecLatency, "emit→watch p50", "ms", w50, nil, fmt.Sprintf("%d watchers, one tenant each; from the eventTime stamped at send; ADDED delivered/created per run: %s", sc.Watchers, strings.Join(notes, ", ")))
+	r.rep.Add(SecLatency, "emit→watch p99", "ms", w99, Below(50), "")
+	r.rep.Add(SecLatency, "emit→watch p99 ÷ NATS fan-out p99", "ratio", ratio, nil, "")
+	r.rep.Add(SecLatency, "emit→queryable p50", "ms", q50, nil, "batch send → Query's resourceVersion covers the batch (polled every ~2 ms)")
+	r.rep.Add(SecLatency, "emit→queryable p99", "ms", q99, Below(2000), "")
+}
+
+func (r *runner) storm(ctx context.Context, g *Gateway) {
+	sc := r.cfg.Scale
+	flush := config.Default().Intake.Series.FlushInterval
+	var storms []*Storm
+	for i := 0; i < sc.Runs; i++ {
+		st, err := RunStorm(ctx, g, StormTenant(i), sc.StormSeries, sc.StormRepeats)
+		if err != nil {
+			if errors.Is(err, ErrNotBuilt) {
+				r.rep.NotBuilt(SecStorm, "reduction (occurrences ÷ writes)", "×", AtLeast(1000), "")
+			} else {
+				r.rep.Failed(SecStorm, "reduction (occurrences ÷ writes)", "×", AtLeast(1000), err)
+			}
+			return
+		}
+		r.logf("storm run %d: %d occurrences at %.0f/s, outcomes %v", i+1, st.Emitted, st.Accept, st.Outcomes)
+		storms = append(storms, st)
+	}
+	// Every count reaches the store with the next flush (at most
+	// --series-flush-interval after the last occurrence): wait for it.
+	exact := true
+	for _, st := range storms {
+		want := int64(st.Emitted)
+		var got int64
+		err := waitEvery(ctx, flush+time.Minute, time.Second, func() (bool, error) {
+			_, n, err := StormCounts(ctx, g, st.Tenant)
+			got = n
+			return n >= want, err
+		})
+		if err != nil {
+			exact = false
+			r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("series storm %s: stored counts add up to %d of %d occurrences: %v", st.Tenant, got, want, err))
+		}
+	}
+	last, _, err := g.StreamState(ctx, "")
+	if err == nil {
+		_, err = g.WaitQueryable(ctx, last, 2*time.Minute)
+	}
+	if err != nil {
+		r.rep.Failed(SecStorm, "reduction (occurrences ÷ writes)", "×", AtLeast(1000), err)
+		return
+	}
+	var occ, jsw, chRows, red, rate []float64
+	for _, st := range storms {
+		_, n, err := g.StreamState(ctx, "events.project."+st.Tenant+".>")
+		if err != nil {
+			r.rep.Failed(SecStorm, "reduction (occurrences ÷ writes)", "×", AtLeast(1000), err)
+			return
+		}
+		// Ingest inserts each stream message once (acknowledged only after
+		// ClickHouse committed it), and the floor now covers them all.
+		occ = append(occ, float64(st.Emitted))
+		jsw = append(jsw, float64(n))
+		chRows = append(chRows, float64(n))
+		red = append(red, float64(st.Emitted)/float64(max(n, 1)))
+		rate = append(rate, st.Accept)
+	}
+	r.rep.Add(SecStorm, "occurrences per run", "events", occ, nil, fmt.Sprintf("%d series × %d occurrences on EmitStream, a tenant per run", sc.StormSeries, sc.StormRepeats))
+	r.rep.Add(SecStorm, "occurrences accepted", "events/s", rate, nil, "")
+	r.rep.Add(SecStorm, "JetStream writes (EVENTS messages)", "msgs", jsw, nil, "messages on the run's tenant subjects after the last flush")
+	r.rep.Add(SecStorm, "ClickHouse rows", "rows", chRows, nil, "= the messages: ingest inserts each once and Query's resourceVersion covers them all")
+	note := "stored series counts add up exactly to the occurrences"
+	if !exact {
+		note = "stored series counts did NOT add up (see notes)"
+	}
+	r.rep.Add(SecStorm, "reduction (occurrences ÷ writes)", "×", red, AtLeast(1000),
+		note+"; the Finished write --series-finish-after (6 min) later adds one per series, not awaited")
+}
+
+// waitEvery is WaitFor with a fixed poll interval, for expensive conditions.
+func waitEvery(ctx context.Context, timeout, every time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v: %w", timeout, ErrTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
+
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		c += "+dirty"
+	}
+	return c
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+				kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+				m.MemoryMB = kb / 1024
+			}
+		}
+		f.Close()
+	}
+	if out, err := exec.Command("uname", "-r").Output(); err == nil {
+		m.Kernel = strings.TrimSpace(string(out))
+	}
+	return m
+}
