@@ -20,6 +20,7 @@ import (
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/intake"
 	"github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/webhook"
 )
 
 // EnvPrefix prefixes every environment variable the gateway reads.
@@ -68,6 +69,12 @@ type Config struct {
 	LogFormat string `yaml:"logFormat"`
 	// OTLPEndpoint, when set, exports traces over OTLP/gRPC to it (host:port).
 	OTLPEndpoint string `yaml:"otlpEndpoint"`
+	// Flux configures the Flux event endpoint (POST /webhook/flux): per-tenant
+	// metadata, in the config file only.
+	Flux webhook.FluxConfig `yaml:"flux"`
+	// K8sCoreCorrelate groups similar core/v1 events on the core/v1 create
+	// path as client-go's EventCorrelator does (internal/correlator).
+	K8sCoreCorrelate bool `yaml:"k8sCoreCorrelate"`
 }
 
 // TLSConfig names the server certificate.
@@ -137,6 +144,9 @@ func (c Config) Validate() error {
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		errs = append(errs, errors.New("tls-cert-file and tls-key-file go together"))
+	}
+	if err := c.Flux.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Auth.MTLS.CAFile != "" && !c.TLS.Enabled() {
 		errs = append(errs, errors.New("auth-mtls-ca-file needs tls-cert-file and tls-key-file"))
@@ -217,6 +227,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "export traces over OTLP/gRPC to this host:port")
+	fs.BoolVar(&c.K8sCoreCorrelate, "k8s-core-correlate", c.K8sCoreCorrelate, "group similar core/v1 events (same source, object, type, reason; 10 within 10 min) into \"(combined from similar events)\" aggregates, as client-go's EventCorrelator does")
 	return fs
 }
 
