@@ -19,6 +19,7 @@ import (
 	"github.com/eventgate/eventgate/gen/openapiv2"
 	"github.com/eventgate/eventgate/internal/service"
 	"github.com/eventgate/eventgate/internal/telemetry"
+	"github.com/eventgate/eventgate/internal/webhook"
 )
 
 var jsonOut = protojson.MarshalOptions{}
@@ -83,6 +84,9 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 		_, _ = w.Write(openapiv2.Document)
 	})
 	mux.Handle("GET /v1/events:watch", watchHandler(gw, client))
+	if err := webhook.Register(mux, webhook.Options{Client: client, Gateway: gw, MaxBatch: g.cfg.MaxBatch, MaxBodyBytes: g.cfg.MaxRequestBytes, MaxNoteBytes: g.cfg.Events.MaxNoteBytes, Flux: g.cfg.Flux, Log: g.log}); err != nil {
+		return nil, fmt.Errorf("webhooks: %w", err)
+	}
 	mux.Handle("/", gw)
 	h := limitBody(mux, int64(g.cfg.MaxRequestBytes))
 	return otelhttp.NewHandler(h, "eventgate.rest", otelhttp.WithTracerProvider(g.tp), otelhttp.WithPropagators(telemetry.Propagator)), nil
