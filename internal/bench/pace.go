@@ -68,7 +68,9 @@ func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, erro
 	}
 }
 
-func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano()))) }
+func newRand(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
+}
 
 func jsonDecode(b []byte, out any) error {
 	if err := json.Unmarshal(b, out); err != nil {

@@ -140,6 +140,11 @@ func (r *Report) Failed(section, name, unit string, goal *Goal, err error) {
 	r.Rows = append(r.Rows, Row{Section: section, Name: name, Unit: unit, Goal: goal, Status: "error", Note: err.Error()})
 }
 
+// Sort orders the rows by section, keeping the order within a section.
+func (r *Report) Sort() {
+	slices.SortStableFunc(r.Rows, func(a, b Row) int { return strings.Compare(a.Section, b.Section) })
+}
+
 // Find returns the first row named name, or nil.
 func (r *Report) Find(name string) *Row {
 	for i := range r.Rows {

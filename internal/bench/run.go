@@ -54,7 +54,10 @@ type Config struct {
 	// Only, when not empty, runs only these sections (baselines are always
 	// measured): query, emit, latency, storm.
 	Only map[string]bool
-	Log  io.Writer
+	// Profile samples the gateway with perf during the emit and latency
+	// phases (WorkDir/perf.data and its reports).
+	Profile bool
+	Log     io.Writer
 }
 
 // Section names.
@@ -75,6 +78,13 @@ type runner struct {
 
 func (r *runner) logf(format string, args ...any) {
 	fmt.Fprintf(r.cfg.Log, "[%4.0fs] %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// logMem logs the gateway's resident set after a phase.
+func (r *runner) logMem(g *Gateway, phase string) {
+	if peak, now, err := g.Memory(); err == nil {
+		r.logf("gateway memory after %s: RSS %.0f MiB, peak %.0f MiB", phase, now, peak)
+	}
 }
 
 func (r *runner) want(section string) bool { return len(r.cfg.Only) == 0 || r.cfg.Only[section] }
@@ -124,18 +134,36 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer g.Stop()
 	r.logf("gateway pid %d ready: gRPC %s, HTTP %s", g.Pid(), g.GRPCAddr, g.HTTPURL)
 
+	r.logMem(g, "start")
 	if info != nil {
 		r.queries(ctx, g, info)
+		r.logMem(g, "queries")
+	}
+	var prof *Profiler
+	if cfg.Profile {
+		if prof, err = StartProfile(g.Pid(), filepath.Join(cfg.WorkDir, "perf.data")); err != nil {
+			r.logf("no profile: %v", err)
+		}
 	}
 	var streamRate float64
 	if r.want("emit") || r.want("latency") {
 		streamRate = r.throughput(ctx, g, base)
+		r.logMem(g, "throughput")
 	}
 	if r.want("latency") && streamRate > 0 {
 		r.latency(ctx, g, int(streamRate/2))
+		r.logMem(g, "latency")
+	}
+	if prof != nil {
+		if _, err := prof.Stop(); err != nil {
+			r.logf("profile: %v", err)
+		} else {
+			r.logf("profile of the emit and latency phases: %s.flat.txt, %s.cum.txt", prof.out, prof.out)
+		}
 	}
 	if r.want("storm") {
 		r.storm(ctx, g)
+		r.logMem(g, "storm")
 	}
 	peak, _, err := g.Memory()
 	if err != nil {
@@ -148,6 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.rep.Notes = append(r.rep.Notes, "gateway stop: "+err.Error())
 	}
 	r.rep.Elapsed = time.Since(r.start).Round(time.Second).String()
+	r.rep.Sort()
 	return r.rep, nil
 }
 
