@@ -20,6 +20,7 @@ import (
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/intake"
 	"github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/k8sapi"
 	"github.com/eventgate/eventgate/internal/webhook"
 )
 
@@ -75,6 +76,8 @@ type Config struct {
 	// K8sCoreCorrelate groups similar core/v1 events on the core/v1 create
 	// path as client-go's EventCorrelator does (internal/correlator).
 	K8sCoreCorrelate bool `yaml:"k8sCoreCorrelate"`
+	// K8s tunes the Kubernetes Events API (/api, /apis: internal/k8sapi).
+	K8s k8sapi.Config `yaml:"k8s"`
 }
 
 // TLSConfig names the server certificate.
@@ -104,6 +107,7 @@ func Default() Config {
 		ShutdownTimeout:   15 * time.Second,
 		LogLevel:          "info",
 		LogFormat:         "text",
+		K8s:               k8sapi.DefaultConfig(),
 	}
 }
 
@@ -146,6 +150,9 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("tls-cert-file and tls-key-file go together"))
 	}
 	if err := c.Flux.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.K8s.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Auth.MTLS.CAFile != "" && !c.TLS.Enabled() {
@@ -228,6 +235,8 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "export traces over OTLP/gRPC to this host:port")
 	fs.BoolVar(&c.K8sCoreCorrelate, "k8s-core-correlate", c.K8sCoreCorrelate, "group similar core/v1 events (same source, object, type, reason; 10 within 10 min) into \"(combined from similar events)\" aggregates, as client-go's EventCorrelator does")
+	fs.DurationVar(&c.K8s.ContinueTTL, "k8s-continue-ttl", c.K8s.ContinueTTL, "how long a Kubernetes list's continue token stays valid (then 410 Expired with a fresh token)")
+	fs.DurationVar(&c.K8s.BookmarkInterval, "k8s-bookmark-interval", c.K8s.BookmarkInterval, "how often a Kubernetes watch that allows bookmarks gets one")
 	return fs
 }
 

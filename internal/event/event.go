@@ -324,12 +324,19 @@ func SubjectOf(ev *eventgatev1.Event) string { return KeyOf(ev).Subject() }
 
 // MsgID returns the JetStream message id that makes a retry idempotent, or ""
 // when the caller gave neither an idempotency key nor a uid. It is scoped to
-// the tenant so that one tenant's ids never collide with another's.
+// the tenant so that one tenant's ids never collide with another's. An event
+// with the caller's own uid and an idempotency key is a write of that event
+// named by the key: a new version of an existing event (an update through
+// the Kubernetes API) is not taken for a retry of the previous one.
 func MsgID(ev *eventgatev1.Event, callerUID bool, idemKey string) string {
 	if idemKey == "" && !callerUID {
 		return ""
 	}
-	return ev.GetTenant().GetType() + "/" + ev.GetTenant().GetName() + "/" + ev.GetUid()
+	id := ev.GetTenant().GetType() + "/" + ev.GetTenant().GetName() + "/" + ev.GetUid()
+	if callerUID && idemKey != "" {
+		id += "/" + idemKey
+	}
+	return id
 }
 
 // Marshal encodes an event for the stream. The resourceVersion is not stored:

@@ -89,6 +89,7 @@ type Gateway struct {
 	proxy      *grpc.ClientConn
 	httpSrv    *http.Server
 	ready      *readiness
+	auth       *authz.Authenticator
 
 	closeOnce sync.Once
 }
@@ -183,6 +184,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	if err != nil {
 		return nil, fmt.Errorf("authentication: %w", err)
 	}
+	g.auth = auth
 	if !auth.Enabled() {
 		log.Warn("AUTHENTICATION IS DISABLED: every caller is treated as a local administrator; listening on loopback only. Configure --auth-tokens-file, JWT or mTLS to serve other hosts.")
 	}

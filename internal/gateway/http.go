@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -17,6 +18,9 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/gen/openapiv2"
+	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/correlator"
+	"github.com/eventgate/eventgate/internal/k8sapi"
 	"github.com/eventgate/eventgate/internal/service"
 	"github.com/eventgate/eventgate/internal/telemetry"
 	"github.com/eventgate/eventgate/internal/webhook"
@@ -87,6 +91,7 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 	if err := webhook.Register(mux, webhook.Options{Client: client, Gateway: gw, MaxBatch: g.cfg.MaxBatch, MaxBodyBytes: g.cfg.MaxRequestBytes, MaxNoteBytes: g.cfg.Events.MaxNoteBytes, Flux: g.cfg.Flux, Log: g.log}); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
+	k8sapi.Register(mux, k8sapi.Options{Conn: g.proxy, Auth: g.auth, Config: g.cfg.K8s, Correlate: coreCorrelator(g.cfg), Log: g.log})
 	mux.Handle("/", gw)
 	h := limitBody(mux, int64(g.cfg.MaxRequestBytes))
 	return otelhttp.NewHandler(h, "eventgate.rest", otelhttp.WithTracerProvider(g.tp), otelhttp.WithPropagators(telemetry.Propagator)), nil
@@ -179,4 +184,15 @@ func writeErrorLine(w http.ResponseWriter, st *status.Status) {
 		return
 	}
 	_, _ = w.Write([]byte(`{"type":"ERROR","error":` + string(b) + `,"httpCode":` + strconv.Itoa(httpStatus(st.Code())) + "}\n"))
+}
+
+// coreCorrelator is client-go's EventCorrelator grouping for core/v1 creates
+// when --k8s-core-correlate is on.
+func coreCorrelator(cfg config.Config) func(*eventgatev1.Event, time.Time) *eventgatev1.Event {
+	if !cfg.K8sCoreCorrelate {
+		return nil
+	}
+	c := correlator.DefaultConfig()
+	c.MaxNoteBytes = cfg.Events.MaxNoteBytes
+	return correlator.New(c).Correlate
 }
