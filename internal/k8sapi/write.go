@@ -175,9 +175,19 @@ func (a *API) create(ctx context.Context, w http.ResponseWriter, r *http.Request
 		}
 		ev.Name = meta.GenerateName + randomSuffix()
 	}
+	if ev.EventTime == nil {
+		ev.EventTime = pbTime(a.now())
+	}
 	if rq.gv == coreV1 && a.correlate != nil {
+		// client-go's older EventCorrelator grouping; its aggregates fold
+		// into series on the server.
 		ev.Tenant = rq.tenant
 		ev = a.correlate(ev, a.now())
+	} else if ev.Series == nil {
+		// Kubernetes clients count their own series (client-go's recorders
+		// patch the event they created), as kube-apiserver expects: the
+		// event is stored as counted, once, not folded by the server.
+		ev.Series = &eventgatev1.EventSeries{Count: 1, LastObservedTime: ev.EventTime}
 	}
 	// The server owns the uid: derived from the name, so that a later
 	// update of this name finds this event even before it is stored.
@@ -260,16 +270,16 @@ func (a *API) writeUpdate(ctx context.Context, w http.ResponseWriter, rq request
 			proto.Equal(next.Series.LastObservedTime, base.Series.LastObservedTime) && next.Series.Count == base.Series.Count {
 			next.Series.State = base.Series.State
 		}
-		if next.Series == nil {
-			// An update is not an occurrence: stored as counted (once), so
-			// the server's aggregation does not count it again.
-			next.Series = &eventgatev1.EventSeries{Count: 1, LastObservedTime: next.EventTime}
-		}
 	} else {
 		next.Uid = uidFor(rq.tenant, rq.namespace, rq.name)
 	}
 	if next.EventTime == nil {
 		next.EventTime = pbTime(a.now())
+	}
+	if next.Series == nil {
+		// Stored as counted (once), like a create: an update is not an
+		// occurrence for the server's aggregation to count.
+		next.Series = &eventgatev1.EventSeries{Count: 1, LastObservedTime: next.EventTime}
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(next)
 	if err != nil {
