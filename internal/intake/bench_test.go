@@ -11,12 +11,19 @@ import (
 )
 
 // BenchmarkSubmit measures occurrences per second through Submit, in
-// batches of 100 (one occurrence of each of 100 series) from 8 concurrent
-// callers, on the embedded server with default series timers, and the
-// write reduction factor: occurrences per message in the events stream.
+// batches of 100 from 8 concurrent callers, on the embedded server with
+// default series timers, and the write reduction factor: occurrences per
+// message in the events stream. "series": each batch is one occurrence of
+// each of 100 series; "distinct": every occurrence is a new key (each one a
+// singleton, the costliest path: one intake entry and one events write).
 func BenchmarkSubmit(b *testing.B) {
-	for _, replicas := range []int{1, 2} {
-		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
+	for _, bc := range []struct {
+		name     string
+		replicas int
+		distinct bool
+	}{{"series/replicas=1", 1, false}, {"series/replicas=2", 2, false}, {"distinct/replicas=1", 1, true}} {
+		replicas := bc.replicas
+		b.Run(bc.name, func(b *testing.B) {
 			ns := startServer(b)
 			cfg := DefaultConfig()
 			var rs []*replica
@@ -40,7 +47,11 @@ func BenchmarkSubmit(b *testing.B) {
 					evs := make([]*eventgatev1.Event, batch)
 					for n := range next {
 						for k := range evs {
-							evs[k] = occurrence(k, "bench")
+							if bc.distinct {
+								evs[k] = occurrence(n*batch+k, "bench")
+							} else {
+								evs[k] = occurrence(k, "bench")
+							}
 						}
 						res, err := rs[n%len(rs)].in.Submit(context.Background(), evs, nil)
 						if err != nil {

@@ -133,19 +133,31 @@ func (p *pipeline) run() {
 			return
 		}
 		if it.fut != nil {
-			t := time.NewTimer(futureTimeout)
+			var ack *jetstream.PubAck
+			var err error
 			select {
-			case ack := <-it.fut.Ok():
-				p.settle(nil)
-				it.dec.rv = ack.Sequence
-			case err := <-it.fut.Err():
-				p.settle(err)
-				it.hasDec = false // the write is not stored: no decision
-			case <-t.C:
-				p.settle(context.DeadlineExceeded)
-				it.hasDec = false
+			case ack = <-it.fut.Ok():
+			case err = <-it.fut.Err():
+			default:
+				// Decisions gathered so far go out before waiting: under a
+				// steady load the queue is seldom empty, and a decision
+				// must not wait for later writes.
+				flushAll()
+				t := time.NewTimer(futureTimeout)
+				select {
+				case ack = <-it.fut.Ok():
+				case err = <-it.fut.Err():
+				case <-t.C:
+					err = context.DeadlineExceeded
+				}
+				t.Stop()
 			}
-			t.Stop()
+			p.settle(err)
+			if err != nil {
+				it.hasDec = false // the write is not stored: no decision
+			} else {
+				it.dec.rv = ack.Sequence
+			}
 		}
 		if it.hasDec && it.reply != "" {
 			groups[it.reply] = appendDecision(groups[it.reply], it.dec)
