@@ -99,7 +99,7 @@ type listEnvelope struct {
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	var env listEnvelope
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, int64(h.opts.MaxBodyBytes))).Decode(&env); err != nil {
-		writeStatus(w, bodyError(err, ""))
+		writeBodyError(w, err, "")
 		return
 	}
 	var vs []event.Violation

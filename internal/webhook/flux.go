@@ -231,12 +231,12 @@ var fluxUIDNamespace = uuid.MustParse("c3d5e0a2-6b1f-4e8a-9d47-1f2b3c4d5e6f")
 func (h *handler) flux(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(h.opts.MaxBodyBytes)))
 	if err != nil {
-		writeStatus(w, bodyError(err, ""))
+		writeBodyError(w, err, "")
 		return
 	}
 	var in FluxEvent
 	if err := json.Unmarshal(body, &in); err != nil {
-		writeStatus(w, bodyError(err, ""))
+		writeBodyError(w, err, "")
 		return
 	}
 	var vs []event.Violation

@@ -119,15 +119,18 @@ func badRequest(vs ...event.Violation) *status.Status {
 	return st
 }
 
-// bodyError turns a failure to read or decode the request body into the
-// status to answer: 413 when it is larger than the limit, else 400 naming
-// the field (or "body").
-func bodyError(err error, prefix string) *status.Status {
+// writeBodyError answers a failure to read or decode the request body: 413
+// when it is larger than the limit, else 400 naming the field (or "body").
+func writeBodyError(w http.ResponseWriter, err error, prefix string) {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return status.Newf(codes.ResourceExhausted, "request body is larger than the limit of %d bytes", tooBig.Limit)
+		b, _ := jsonOut.Marshal(status.Newf(codes.ResourceExhausted, "request body is larger than the limit of %d bytes", tooBig.Limit).Proto())
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		_, _ = w.Write(append(b, '\n'))
+		return
 	}
-	return badRequest(decodeViolation(err, prefix))
+	writeStatus(w, badRequest(decodeViolation(err, prefix)))
 }
 
 // decodeViolation names the field a JSON decoding error is about.

@@ -2,7 +2,11 @@ package webhook
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -290,5 +294,39 @@ func TestListResultStatus(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestBodyLimits: a body over the limit is 413 even without a
+// Content-Length (the gateway's own check sees only that header); bad JSON
+// is 400 naming the body. Neither reaches Emit.
+func TestBodyLimits(t *testing.T) {
+	mux := http.NewServeMux()
+	if err := Register(mux, Options{MaxBodyBytes: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	for _, path := range []string{EventsPath, FluxPath} {
+		big := `{"items":["` + strings.Repeat("x", 4096) + `"]}`
+		// A reader without a length: sent chunked.
+		resp, err := http.Post(srv.URL+path, "application/json", io.MultiReader(strings.NewReader(big)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("%s: oversized body answered %d, want 413", path, resp.StatusCode)
+		}
+		resp, err = http.Post(srv.URL+path, "application/json", strings.NewReader(`{"items": [`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(fmt.Sprint(st), "field:body") {
+			t.Errorf("%s: bad JSON answered %d %v, want 400 naming the body", path, resp.StatusCode, st)
+		}
 	}
 }
