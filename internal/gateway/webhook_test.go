@@ -258,6 +258,28 @@ func TestWebhookEventList(t *testing.T) {
 		}
 	}
 
+	// A series update of item 0 (same uid, series set), as an API server
+	// forwards it, is a new version, not a retry; its own retry is.
+	var upd map[string]any
+	if err := json.Unmarshal([]byte(items[0]), &upd); err != nil {
+		t.Fatal(err)
+	}
+	upd["series"] = map[string]any{"count": 2, "lastObservedTime": "2026-11-20T10:31:00.000000Z"}
+	updJSON, _ := json.Marshal(upd)
+	for i, want := range []string{"EMIT_OUTCOME_CREATED", "EMIT_OUTCOME_DUPLICATE"} {
+		code, m = postWebhook(t, url, tokShop, eventList(string(updJSON)))
+		if it := resultItems(t, m)[0]; code != http.StatusOK || it["outcome"] != want || it["uid"] != uid0 {
+			t.Fatalf("series update, post %d: %d %v, want %s", i, code, m, want)
+		}
+	}
+	evs = queryUntil(t, tg, tokShop, &eventgatev1.QueryRequest{Reason: []string{"WebhookScoped"}}, 1)
+	for deadline := time.Now().Add(30 * time.Second); evs[0].GetSeries().GetCount() != 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("series update not stored: %v", evs[0])
+		}
+		evs = queryUntil(t, tg, tokShop, &eventgatev1.QueryRequest{Reason: []string{"WebhookScoped"}}, 1)
+	}
+
 	// Items without uid and an Idempotency-Key: a retry is a duplicate too.
 	keyed := eventList(webhookItem("", "WebhookKeyed", "Pod", "k0", nil), webhookItem("", "WebhookKeyed", "Pod", "k1", nil))
 	code, m = postWebhook(t, url, tokShop, keyed, webhook.IdempotencyKeyHeader, "batch-7")

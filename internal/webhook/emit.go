@@ -22,6 +22,11 @@ type item struct {
 	// tenant is the tenant the request named for the item; nil for the
 	// caller's default tenant, which Emit resolves.
 	tenant *eventgatev1.Tenant
+	// version, for an item that carries its own uid, names this write of
+	// the event (a series update sends the same uid again): Emit's
+	// idempotency key, so that a new version is not taken for a retry of the
+	// previous one while a retry of the same version still is.
+	version string
 	// field names a field of the request from the path Emit uses for it
 	// relative to the event (".regarding.kind", "" for the event itself).
 	field func(rel string) string
@@ -53,9 +58,9 @@ func (e *emitter) emit(ctx context.Context, items []*item) *status.Status {
 		if it.done() {
 			continue
 		}
-		k := "" // the caller's default tenant
+		k := "\x00" + it.version // "": the caller's default tenant
 		if it.tenant != nil {
-			k = it.tenant.GetType() + "/" + it.tenant.GetName()
+			k = it.tenant.GetType() + "/" + it.tenant.GetName() + k
 		}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
@@ -83,7 +88,8 @@ func (e *emitter) emit(ctx context.Context, items []*item) *status.Status {
 func (e *emitter) emitGroup(ctx context.Context, items []*item, split bool) *status.Status {
 	pending := items
 	for len(pending) > 0 {
-		req := &eventgatev1.EmitRequest{Events: make([]*eventgatev1.Event, len(pending))}
+		// Items are grouped by version, so the first speaks for all.
+		req := &eventgatev1.EmitRequest{Events: make([]*eventgatev1.Event, len(pending)), IdempotencyKey: pending[0].version}
 		for i, it := range pending {
 			req.Events[i] = it.ev
 		}

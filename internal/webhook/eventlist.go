@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -171,6 +172,9 @@ func listItem(i int, raw json.RawMessage, idemKey string) *item {
 	it.ev.Tenant = tenant
 	if it.ev.Uid == "" && idemKey != "" {
 		it.ev.Uid = uuid.NewSHA1(uidNamespace, []byte(tenant.GetType()+"\x00"+tenant.GetName()+"\x00"+idemKey+"\x00"+prefix)).String()
+	}
+	if s := in.Series; s != nil && in.UID != "" {
+		it.version = fmt.Sprintf("series/%d/%s", s.Count, s.LastObservedTime.UTC().Format(time.RFC3339Nano))
 	}
 	it.field = func(rel string) string { return prefix + listField(rel, typeKey, nameKey) }
 	return it
