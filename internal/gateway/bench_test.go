@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,6 +87,9 @@ func BenchmarkWatchFanout(b *testing.B) {
 	dur := benchSeconds()
 	tg := startGateway(b, func(c *config.Config) {
 		c.WatchBuffer = 4096
+		// The embedded default, not the tests' short wait (which would
+		// make ClickHouse insert 50 small batches a second).
+		c.ClickHouse.BatchWait = clickhouse.DefaultBatchWait
 		// EVENTGATE_BENCH_SERIES=false measures the fan-out without the
 		// series intake on the emit path.
 		if os.Getenv("EVENTGATE_BENCH_SERIES") == "false" {
@@ -203,6 +207,18 @@ func BenchmarkWatchFanout(b *testing.B) {
 	}()
 	note := strings.Repeat("n", 400)
 	j := 0
+	// EVENTGATE_BENCH_CPUPROFILE=file profiles the gateway phase alone
+	// (-cpuprofile would include the plain-NATS baseline).
+	if f := os.Getenv("EVENTGATE_BENCH_CPUPROFILE"); f != "" {
+		out, err := os.Create(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(out); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); out.Close() }()
+	}
 	b.ResetTimer()
 	sent := pace(dur, func(n int) {
 		req := &eventgatev1.EmitStreamRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: "bench"}}
