@@ -5,7 +5,7 @@ BIN   := $(CURDIR)/bin
 TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway $(BIN)/protoc-gen-openapiv2
 BENCH_SCALE ?= full
 
-.PHONY: all build run test test-go lint generate check-generated tools chdb bench clean
+.PHONY: all build run test test-go lint generate check-generated tools chdb bench bench-go clean
 
 all: build
 
@@ -51,9 +51,16 @@ test: chdb check-generated lint test-go
 test-go:
 	$(GO) test -race -count=1 -timeout 30m ./...
 
-## bench: the benchmark suite (BENCH_SCALE=small for a quick run)
-bench: chdb
+## bench: measure the gateway (bin/gateway, a fresh data dir) against its raw parts in one run and print
+## one table (also bench-results.json); BENCH_SCALE=small takes under 5 minutes, full under 30.
+## BENCH_ARGS passes more flags to cmd/bench (e.g. -profile, -only emit,latency).
+bench: chdb build
+	$(GO) build -o $(BIN)/bench ./cmd/bench
+	$(BIN)/bench -scale $(BENCH_SCALE) -gateway $(BIN)/gateway -work-dir $(CURDIR)/bench-data -json $(CURDIR)/bench-results.json $(BENCH_ARGS)
+
+## bench-go: the go test benchmarks of the gateway package (watch fan-out, emit→queryable)
+bench-go: chdb
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./internal/gateway/
 
 clean:
-	rm -rf $(BIN) data
+	rm -rf $(BIN) data bench-data

@@ -52,6 +52,7 @@ func run(ctx context.Context, args []string) error {
 	mdOut := fs.String("md", "", "also write the table as Markdown here")
 	lib := fs.String("chdb-lib", os.Getenv("EVENTGATE_CHDB_LIB"), "libchdb.so (default: the cache scripts/fetch-chdb.sh fills)")
 	only := fs.String("only", "", "comma-separated sections to run besides the baselines: query, emit, latency, storm (default all)")
+	commit := fs.String("commit", "", "commit measured (default: git rev-parse HEAD, +dirty when the tree has changes)")
 	profile := fs.Bool("profile", false, "sample the gateway's CPU with perf during the emit and latency phases (work-dir/perf.data.*.txt)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -71,7 +72,7 @@ func run(ctx context.Context, args []string) error {
 	if _, err := os.Stat(gwAbs); err != nil {
 		return fmt.Errorf("gateway binary (make build): %w", err)
 	}
-	cfg := bench.Config{Scale: sc, GatewayBin: gwAbs, Self: self, WorkDir: *work, ChDBLib: *lib, Profile: *profile, Log: os.Stderr}
+	cfg := bench.Config{Scale: sc, GatewayBin: gwAbs, Self: self, WorkDir: *work, ChDBLib: *lib, Profile: *profile, Commit: *commit, Log: os.Stderr}
 	if *only != "" {
 		cfg.Only = map[string]bool{}
 		for _, s := range strings.Split(*only, ",") {

@@ -73,6 +73,8 @@ func StartGateway(ctx context.Context, bin, dataDir, logPath string, extra ...st
 	args := append([]string{"--data-dir", dataDir, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--nats-listen", natsAddr}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// The gateway must not outlive the bench (an interrupted run).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)

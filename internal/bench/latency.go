@@ -15,6 +15,11 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 )
 
+// QueryablePoll is how often the latency phase asks Query for its
+// resourceVersion: the resolution of emit→queryable. Each ask costs the
+// gateway a JetStream consumer-info request, so it is not polled harder.
+const QueryablePoll = 10 * time.Millisecond
+
 // Latencies is one paced run: per-sample latencies in milliseconds.
 type Latencies struct {
 	Rate       int       // offered events/s
@@ -195,7 +200,7 @@ func RunLatency(ctx context.Context, g *Gateway, ws *Watchers, w *Workload, rate
 			case <-stopPoll:
 				pollDone <- nil
 				return
-			case <-time.After(2 * time.Millisecond):
+			case <-time.After(QueryablePoll):
 			}
 		}
 	}()

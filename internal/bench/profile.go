@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -42,26 +44,63 @@ func (p *Profiler) Stop() (string, error) {
 		p.cmd.Process.Kill()
 		return "", fmt.Errorf("perf record did not stop within a minute")
 	}
+	reports := []struct {
+		suffix string
+		args   []string
+	}{
+		{".flat.txt", []string{"--no-children", "--percent-limit", "0.7", "--fields", "overhead,sym"}},
+		// The cumulative view lists every caller up the stack: a higher cut.
+		{".cum.txt", []string{"--children", "--percent-limit", "1.5", "--fields", "overhead_children,overhead,sym"}},
+	}
 	var flat string
-	for _, children := range []bool{false, true} {
-		args := []string{"report", "--stdio", "-i", p.out, "--sort", "symbol", "-g", "none", "--percent-limit", "0.7"}
-		name := p.out + ".flat.txt"
-		if children {
-			args = append(args, "--children")
-			name = p.out + ".cum.txt"
-		} else {
-			args = append(args, "--no-children")
-		}
+	for i, r := range reports {
+		args := append([]string{"report", "--stdio", "-i", p.out, "--sort", "symbol", "-g", "none"}, r.args...)
 		out, err := exec.Command("perf", args...).Output()
 		if err != nil {
 			return "", fmt.Errorf("perf report: %w", err)
 		}
-		if err := os.WriteFile(name, out, 0o644); err != nil {
-			return "", fmt.Errorf("write %s: %w", name, err)
+		out = byOverhead(out)
+		if err := os.WriteFile(p.out+r.suffix, out, 0o644); err != nil {
+			return "", fmt.Errorf("write %s: %w", p.out+r.suffix, err)
 		}
-		if !children {
+		if i == 0 {
 			flat = string(bytes.TrimSpace(out))
 		}
 	}
 	return flat, nil
+}
+
+// byOverhead keeps the sample lines of a perf report, highest first
+// overhead column first, trailing blanks trimmed.
+func byOverhead(report []byte) []byte {
+	type line struct {
+		pct  float64
+		text string
+	}
+	var lines []line
+	for _, l := range strings.Split(string(report), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || !strings.HasSuffix(f[0], "%") {
+			continue
+		}
+		pct, err := strconv.ParseFloat(strings.TrimSuffix(f[0], "%"), 64)
+		if err != nil {
+			continue
+		}
+		lines = append(lines, line{pct, strings.TrimRight(l, " -")})
+	}
+	slices.SortStableFunc(lines, func(a, b line) int {
+		switch {
+		case a.pct > b.pct:
+			return -1
+		case a.pct < b.pct:
+			return 1
+		}
+		return 0
+	})
+	var b bytes.Buffer
+	for _, l := range lines {
+		b.WriteString(l.text + "\n")
+	}
+	return b.Bytes()
 }

@@ -54,6 +54,8 @@ type Config struct {
 	// Only, when not empty, runs only these sections (baselines are always
 	// measured): query, emit, latency, storm.
 	Only map[string]bool
+	// Commit names what was measured (default: git in the current directory).
+	Commit string
 	// Profile samples the gateway with perf during the emit and latency
 	// phases (WorkDir/perf.data and its reports).
 	Profile bool
@@ -92,7 +94,10 @@ func (r *runner) want(section string) bool { return len(r.cfg.Only) == 0 || r.cf
 // Run runs the whole suite and returns the report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r := &runner{cfg: cfg, start: time.Now()}
-	r.rep = &Report{Scale: cfg.Scale.Name, Commit: commit(), Machine: machine(), Started: r.start}
+	r.rep = &Report{Scale: cfg.Scale.Name, Commit: cfg.Commit, Machine: machine(), Started: r.start}
+	if r.rep.Commit == "" {
+		r.rep.Commit = commit()
+	}
 	sc := cfg.Scale
 	if err := os.RemoveAll(cfg.WorkDir); err != nil {
 		return nil, fmt.Errorf("clean work dir: %w", err)
@@ -383,17 +388,27 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 			r.rep.Failed(SecLatency, "emit→watch p99", "ms", Below(50), err)
 			return
 		}
-		sa50, sa99 = append(sa50, Percentile(l.StreamAck, 0.5)), append(sa99, Percentile(l.StreamAck, 0.99))
-		ua50, ua99 = append(ua50, Percentile(l.UnaryAck, 0.5)), append(ua99, Percentile(l.UnaryAck, 0.99))
-		w50, w99 = append(w50, Percentile(l.Watch, 0.5)), append(w99, Percentile(l.Watch, 0.99))
-		q50, q99 = append(q50, Percentile(l.Queryable, 0.5)), append(q99, Percentile(l.Queryable, 0.99))
-		ratio = append(ratio, Percentile(l.Watch, 0.99)/max(Percentile(nl, 0.99), 0.001))
+		// A figure without samples (nothing was created, say) has no value
+		// for this run; a figure with none in any run shows "error".
+		pct := func(p50, p99 *[]float64, xs []float64) {
+			if len(xs) > 0 {
+				*p50, *p99 = append(*p50, Percentile(xs, 0.5)), append(*p99, Percentile(xs, 0.99))
+			}
+		}
+		pct(&sa50, &sa99, l.StreamAck)
+		pct(&ua50, &ua99, l.UnaryAck)
+		pct(&w50, &w99, l.Watch)
+		pct(&q50, &q99, l.Queryable)
+		if len(l.Watch) > 0 {
+			ratio = append(ratio, Percentile(l.Watch, 0.99)/max(Percentile(nl, 0.99), 0.001))
+		}
 		notes = append(notes, fmt.Sprintf("%d/%d", l.Delivered, l.Created))
 		if l.Overflowed > 0 {
 			notes[len(notes)-1] += fmt.Sprintf(" (%d watchers ended as too slow)", l.Overflowed)
 		}
-		r.logf("latency run %d: NATS p99 %.1f ms; stream ack p99 %.1f, unary ack p99 %.1f, watch p50 %.1f p99 %.1f, queryable p50 %.0f p99 %.0f ms; delivered %s",
-			i+1, nats99[i], sa99[i], ua99[i], w50[i], w99[i], q50[i], q99[i], notes[i])
+		r.logf("latency run %d: NATS p99 %.1f ms; stream ack p99 %.1f, unary ack p99 %.1f, watch p50 %.1f p99 %.1f, queryable p50 %.0f p99 %.0f ms (%d samples); delivered %s",
+			i+1, Percentile(nl, 0.99), Percentile(l.StreamAck, 0.99), Percentile(l.UnaryAck, 0.99), Percentile(l.Watch, 0.5), Percentile(l.Watch, 0.99),
+			Percentile(l.Queryable, 0.5), Percentile(l.Queryable, 0.99), len(l.Queryable), notes[i])
 	}
 	load := fmt.Sprintf("%s events/s offered (50%% of the EmitStream accepted rate) through EmitStream, a batch every %v, %v per run", thousands(int64(rate)), Tick, sc.LatencyDuration)
 	r.rep.Add(SecBaseline, "plain NATS fan-out p50", "ms", nats50, nil, fmt.Sprintf("%d subscriptions on 10 connections to the gateway's own server, at the latency phase's rate, 600-byte messages", sc.Watchers))
@@ -405,7 +420,7 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 	r.rep.Add(SecLatency, "emit→watch p50", "ms", w50, nil, fmt.Sprintf("%d watchers, one tenant each; from the eventTime stamped at send; ADDED delivered/created per run: %s", sc.Watchers, strings.Join(notes, ", ")))
 	r.rep.Add(SecLatency, "emit→watch p99", "ms", w99, Below(50), "")
 	r.rep.Add(SecLatency, "emit→watch p99 ÷ NATS fan-out p99", "ratio", ratio, nil, "")
-	r.rep.Add(SecLatency, "emit→queryable p50", "ms", q50, nil, "batch send → Query's resourceVersion covers the batch (polled every ~2 ms)")
+	r.rep.Add(SecLatency, "emit→queryable p50", "ms", q50, nil, fmt.Sprintf("batch send → Query's resourceVersion covers the batch (polled every %v)", QueryablePoll))
 	r.rep.Add(SecLatency, "emit→queryable p99", "ms", q99, Below(2000), "")
 }
 
