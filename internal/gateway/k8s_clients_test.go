@@ -25,6 +25,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -390,8 +391,9 @@ func TestK8sInformerAcrossRestart(t *testing.T) {
 }
 
 // TestK8sWatch covers the watch protocol directly: initial events with the
-// initial-events-end bookmark, resume from a resourceVersion, 410 for a
-// resourceVersion the stream no longer holds, and Table watch frames.
+// initial-events-end bookmark, resume from a resourceVersion, a field
+// selector, Table watch frames, 400 for a future resourceVersion and 410 for
+// one the stream no longer holds.
 func TestK8sWatch(t *testing.T) {
 	tg := startGateway(t, func(c *config.Config) { c.K8s.BookmarkInterval = time.Second })
 	cs := k8sClient(t, tg.httpURL, "")
@@ -482,19 +484,6 @@ func TestK8sWatch(t *testing.T) {
 		}
 	})
 
-	t.Run("too old", func(t *testing.T) {
-		// Past the stream's last sequence is refused as 400; an old one is
-		// served as long as the stream holds it, which it does here, so
-		// check the future case and the Status shape.
-		_, err := ev.Watch(ctx, metav1.ListOptions{ResourceVersion: "999999999"})
-		if err == nil {
-			t.Fatal("watch from a future resourceVersion started")
-		}
-		if !apierrors.IsBadRequest(err) && !apierrors.IsInvalid(err) {
-			t.Errorf("future resourceVersion: %v", err)
-		}
-	})
-
 	t.Run("table", func(t *testing.T) {
 		code, body := k8sRaw(t, "GET", tg.httpURL+"/api/v1/namespaces/w/events?watch=true&resourceVersion="+rvs[1]+"&timeoutSeconds=2", "", "", "",
 			"Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
@@ -509,6 +498,30 @@ func TestK8sWatch(t *testing.T) {
 		if len(lines) < 2 || !strings.Contains(lines[0], `"columnDefinitions"`) || !strings.Contains(lines[0], `"Last Seen"`) ||
 			strings.Contains(lines[1], `"columnDefinitions":[{`) || !strings.Contains(lines[1], `"pod/p"`) {
 			t.Errorf("table watch frames: %q", lines)
+		}
+	})
+	t.Run("future resourceVersion", func(t *testing.T) {
+		_, err := ev.Watch(ctx, metav1.ListOptions{ResourceVersion: "999999999"})
+		if !apierrors.IsBadRequest(err) {
+			t.Errorf("watch from a future resourceVersion: %v, want 400", err)
+		}
+	})
+
+	t.Run("expired resourceVersion", func(t *testing.T) {
+		// Retention removes the oldest events, as max-age would.
+		s, err := tg.js.Stream(ctx, "EVENTS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Purge(ctx, jetstream.WithPurgeKeep(1)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = ev.Watch(ctx, metav1.ListOptions{ResourceVersion: rvs[0]})
+		if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+			t.Fatalf("watch from a purged resourceVersion: %v, want 410", err)
+		}
+		if st := k8sStatus(t, err); st.Code != 410 || st.Reason != metav1.StatusReasonExpired {
+			t.Errorf("410 status: %+v", st)
 		}
 	})
 }
