@@ -159,7 +159,7 @@ func storeInsertSQL(table string, lo, hi, n int, end time.Time) string {
 // GenerateStore fills the gateway's ClickHouse database under dataDir
 // (<data-dir>/clickhouse, the gateway stopped) with n events by SQL
 // (INSERT … SELECT FROM numbers, in chunks of 100,000 events in time order,
-// through the analytics views, as ingest writes them), waits for the
+// through the analytics views, as ingest writes them), waits (at most 4 minutes) for the
 // background merges and samples objects, uids and tenants. The schema is
 // created by the store's own migrations.
 func GenerateStore(ctx context.Context, dataDir, lib string, n int, log *slog.Logger) (*StoreInfo, error) {
@@ -185,7 +185,7 @@ func GenerateStore(ctx context.Context, dataDir, lib string, n int, log *slog.Lo
 	}
 	info.Elapsed = time.Since(start)
 	start = time.Now()
-	for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(4 * time.Minute); time.Now().Before(deadline); {
 		var m []struct {
 			N uint64 `json:"n"`
 		}
