@@ -85,9 +85,12 @@ func parseFieldSelector(gv groupVersion, raw string) ([]fieldReq, error) {
 	return out, nil
 }
 
-// pushable reports whether eventgate's Query filters on the field itself.
-func pushable(f string) bool {
-	return f != "metadata.name" && !strings.HasSuffix(f, ".resourceVersion")
+// pushable reports whether eventgate's Query filters on the requirement
+// itself; the others are applied to what Query returns. eventgate's
+// selector syntax trims spaces around a value, so such a value stays local.
+func pushable(r fieldReq) bool {
+	return r.field != "metadata.name" && !strings.HasSuffix(r.field, ".resourceVersion") &&
+		strings.TrimSpace(r.value) == r.value
 }
 
 // queryFieldSelector renders the requirements Query can take in eventgate's
@@ -95,7 +98,7 @@ func pushable(f string) bool {
 func queryFieldSelector(reqs []fieldReq) string {
 	var parts []string
 	for _, r := range reqs {
-		if !pushable(r.field) {
+		if !pushable(r) {
 			continue
 		}
 		key := r.field
