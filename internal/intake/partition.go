@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -490,7 +491,7 @@ func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error 
 		if err := pt.publish(pt.agg.Tick(at, seq), nil, -1, item{}); err != nil {
 			return err
 		}
-		fut, err := pt.publishEvent(ev, ReasonClient, "", clientWriteID(ev, seq), hdr)
+		fut, err := pt.publishEvent(ev, nil, ReasonClient, "", clientWriteID(ev, seq), hdr)
 		if err != nil {
 			return err
 		}
@@ -499,7 +500,9 @@ func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error 
 		pt.pipe.add(item{fut: fut, reply: reply, hasDec: true, dec: decision{index: uint32(idx), outcome: series.Created, uid: ev.GetUid()}})
 		return nil
 	}
-	d := pt.agg.Observe(ev, at, seq)
+	// The aggregator keeps a singleton encoded, and a Created write is the
+	// entry's own bytes: no copy of the event, no second encoding.
+	d := pt.agg.ObserveEncoded(ev, bytes.Clone(msg.Data()), at, seq)
 	own := -1
 	if n := len(d.Writes); n > 0 && (d.Outcome == series.Created || d.Outcome == series.SeriesStarted) {
 		own = n - 1 // the occurrence's own write comes last
@@ -524,7 +527,7 @@ func (pt *partition) publish(ws []series.Write, hdr nats.Header, own int, dec it
 		if i == own {
 			trace = hdr
 		}
-		fut, err := pt.publishEvent(w.Event, w.Reason.String(), FormatMinutes(w.Minutes), w.ID(), trace)
+		fut, err := pt.publishEvent(w.Event, w.Raw, w.Reason.String(), FormatMinutes(w.Minutes), w.ID(), trace)
 		if err != nil {
 			return err
 		}
@@ -542,11 +545,14 @@ func (pt *partition) publish(ws []series.Write, hdr nats.Header, own int, dec it
 	return nil
 }
 
-// publishEvent publishes one version of a stored event, asynchronously.
-func (pt *partition) publishEvent(ev *eventgatev1.Event, reason, minutes, id string, trace nats.Header) (jetstream.PubAckFuture, error) {
-	data, err := event.Marshal(ev)
-	if err != nil {
-		return nil, err
+// publishEvent publishes one version of a stored event, asynchronously;
+// data is its encoding when at hand (nil: encode it).
+func (pt *partition) publishEvent(ev *eventgatev1.Event, data []byte, reason, minutes, id string, trace nats.Header) (jetstream.PubAckFuture, error) {
+	if data == nil {
+		var err error
+		if data, err = event.Marshal(ev); err != nil {
+			return nil, err
+		}
 	}
 	m := nats.NewMsg(event.SubjectOf(ev))
 	m.Data = data

@@ -2,6 +2,7 @@ package series
 
 import (
 	"container/heap"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -99,8 +100,12 @@ type Write struct {
 	// Event is the event to store, owned by the caller. A series write carries
 	// the first occurrence's uid, name and eventTime (and every other field)
 	// with the latest occurrence's note and Series {count, lastObservedTime,
-	// state}; a Created write is the occurrence itself, without series.
+	// state}; a Created write is the occurrence itself, without series (the
+	// very event passed to ObserveEncoded, not a copy).
 	Event *eventgatev1.Event
+	// Raw, when not nil, is Event's encoding as passed to ObserveEncoded:
+	// publish it instead of encoding Event again. Not to be modified.
+	Raw []byte
 	// Minutes counts the occurrences folded since the previous write of the
 	// same uid, per minute of log time, in ascending order: over all writes of
 	// one uid they sum to its final count. Nil for a heartbeat.
@@ -189,7 +194,9 @@ const (
 // entry is one tracked key.
 type entry struct {
 	key       string
-	ev        *eventgatev1.Event // first occurrence, as passed to Observe; never modified
+	uid       string
+	ev        *eventgatev1.Event // first occurrence, as passed to Observe; never modified; nil while raw holds it
+	raw       []byte             // a singleton's first occurrence, encoded (see ObserveEncoded)
 	note      string             // latest occurrence's note
 	kind      kind
 	count     int32
@@ -235,6 +242,7 @@ func (a *Aggregator) Config() Config { return a.cfg }
 func (a *Aggregator) Position() uint64 { return a.pos }
 
 // Observe folds one occurrence: ev at log time at, log position pos.
+// ObserveEncoded is the same with ev's encoding at hand.
 //
 // at is the durable log's timestamp of the entry (the same clock for every
 // replica), not ev's eventTime; a timestamp earlier than one already seen is
@@ -246,6 +254,19 @@ func (a *Aggregator) Position() uint64 { return a.pos }
 // events that arrive already aggregated by their emitter should bypass the
 // aggregator.
 func (a *Aggregator) Observe(ev *eventgatev1.Event, at time.Time, pos uint64) Decision {
+	return a.observe(ev, nil, at, pos)
+}
+
+// ObserveEncoded is Observe of ev whose deterministic protobuf encoding is
+// raw (as the durable log holds it). The aggregator keeps raw, not ev, for
+// a singleton (far lighter for the garbage collector, and written as it is
+// in checkpoints), and a Created write carries ev itself with Raw = raw: the
+// caller must modify neither afterwards.
+func (a *Aggregator) ObserveEncoded(ev *eventgatev1.Event, raw []byte, at time.Time, pos uint64) Decision {
+	return a.observe(ev, raw, at, pos)
+}
+
+func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, pos uint64) Decision {
 	if ev == nil {
 		panic("series: Observe of a nil event")
 	}
@@ -271,7 +292,7 @@ func (a *Aggregator) Observe(ev *eventgatev1.Event, at time.Time, pos uint64) De
 		e.count = 2
 		e.fold(ev, t)
 		ws = append(ws, a.write(e, ReasonStarted, t))
-		return Decision{Outcome: SeriesStarted, UID: e.ev.GetUid(), Writes: ws}
+		return Decision{Outcome: SeriesStarted, UID: e.uid, Writes: ws}
 	case e.count == math.MaxInt32:
 		// The stored count cannot grow: close this series, start anew.
 		ws = append(ws, a.write(e, ReasonFinished, t))
@@ -287,17 +308,24 @@ func (a *Aggregator) Observe(ev *eventgatev1.Event, at time.Time, pos uint64) De
 			a.reschedule(e)
 		}
 		a.stats.Folded++
-		return Decision{Outcome: Counted, UID: e.ev.GetUid(), Writes: ws}
+		return Decision{Outcome: Counted, UID: e.uid, Writes: ws}
 	}
 
 	for len(a.entries) >= a.cfg.MaxActive {
 		ws = a.evict(t, ws)
 	}
-	e = &entry{key: string(a.buf), ev: ev, note: ev.GetNote(), kind: singleton, count: 1, last: t, idx: -1, pos: pos}
+	e = &entry{key: string(a.buf), uid: ev.GetUid(), note: ev.GetNote(), kind: singleton, count: 1, last: t, idx: -1, pos: pos}
 	e.addMinute(t)
 	a.entries[e.key] = e
 	a.singles.pushBack(e)
-	ws = append(ws, a.write(e, ReasonCreated, t))
+	if raw != nil && ev.Series == nil {
+		// The occurrence is the write, as it is.
+		e.raw = raw
+		ws = append(ws, a.emit(e, ReasonCreated, t, ev, raw))
+	} else {
+		e.ev = ev
+		ws = append(ws, a.write(e, ReasonCreated, t))
+	}
 	return Decision{Outcome: Created, UID: ev.GetUid(), Writes: ws}
 }
 
@@ -433,8 +461,7 @@ func (e *entry) addMinute(t int64) {
 
 // write emits e's current state at log time t and reschedules e.
 func (a *Aggregator) write(e *entry, r Reason, t int64) Write {
-	e.seq++
-	ev := proto.Clone(e.ev).(*eventgatev1.Event)
+	ev := proto.Clone(e.first()).(*eventgatev1.Event)
 	ev.Note = e.note
 	ev.Series = nil
 	if e.kind == ongoing {
@@ -449,7 +476,14 @@ func (a *Aggregator) write(e *entry, r Reason, t int64) Write {
 			State:            state,
 		}
 	}
-	w := Write{Key: Key{e.key}, Reason: r, Seq: e.seq, Event: ev}
+	return a.emit(e, r, t, ev, nil)
+}
+
+// emit emits ev (encoded raw, if not nil) as e's next write at log time t
+// and reschedules e.
+func (a *Aggregator) emit(e *entry, r Reason, t int64, ev *eventgatev1.Event, raw []byte) Write {
+	e.seq++
+	w := Write{Key: Key{e.key}, Reason: r, Seq: e.seq, Event: ev, Raw: raw}
 	if len(e.pending) > 0 {
 		w.Minutes = make([]MinuteCount, len(e.pending))
 		for i, p := range e.pending {
@@ -463,6 +497,33 @@ func (a *Aggregator) write(e *entry, r Reason, t int64) Write {
 		a.reschedule(e)
 	}
 	return w
+}
+
+// first returns e's first occurrence, decoding it if e holds it encoded
+// (from then on e holds it decoded: it is becoming a series).
+func (e *entry) first() *eventgatev1.Event {
+	if e.ev == nil {
+		ev := new(eventgatev1.Event)
+		if err := proto.Unmarshal(e.raw, ev); err != nil {
+			// raw is what Observe was given as ev's encoding, or what a
+			// restore already decoded once.
+			panic("series: a singleton's encoded event does not decode: " + err.Error())
+		}
+		e.ev, e.raw = ev, nil
+	}
+	return e.ev
+}
+
+// encode appends the encoding of e's first occurrence to b.
+func (e *entry) encode(b []byte) ([]byte, error) {
+	if e.raw != nil {
+		return append(b, e.raw...), nil
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, e.ev)
+	if err != nil {
+		return nil, fmt.Errorf("series: encode event %s: %w", e.uid, err)
+	}
+	return b, nil
 }
 
 // reschedule sets e's timer to its due time, adding it to the heap if new.

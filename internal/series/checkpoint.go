@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 )
 
 // Incremental checkpoints.
@@ -87,7 +86,6 @@ type Checkpoint struct {
 // next checkpoint would miss them.
 func (a *Aggregator) Checkpoint() (Checkpoint, error) {
 	var cp Checkpoint
-	mo := proto.MarshalOptions{Deterministic: true}
 	var ev, eb []byte
 
 	// Singletons not yet in a segment are the newest: a suffix of singles.
@@ -107,8 +105,8 @@ func (a *Aggregator) Checkpoint() (Checkpoint, error) {
 		n := 0
 		for e := first; e != nil; e = e.next {
 			var err error
-			if ev, err = mo.MarshalAppend(ev[:0], e.ev); err != nil {
-				return Checkpoint{}, fmt.Errorf("series checkpoint: encode event %s: %w", e.ev.GetUid(), err)
+			if ev, err = e.encode(ev[:0]); err != nil {
+				return Checkpoint{}, err
 			}
 			eb = appendEntry(eb[:0], e, ev)
 			b = protowire.AppendTag(b, snapEntry, protowire.BytesType)
@@ -141,8 +139,8 @@ func (a *Aggregator) Checkpoint() (Checkpoint, error) {
 	b = appendPackedDeltas(b, snapSegments, cp.Live)
 	for e := a.series.head; e != nil; e = e.next {
 		var err error
-		if ev, err = mo.MarshalAppend(ev[:0], e.ev); err != nil {
-			return Checkpoint{}, fmt.Errorf("series checkpoint: encode event %s: %w", e.ev.GetUid(), err)
+		if ev, err = e.encode(ev[:0]); err != nil {
+			return Checkpoint{}, err
 		}
 		eb = appendEntry(eb[:0], e, ev)
 		b = protowire.AppendTag(b, snapEntry, protowire.BytesType)
@@ -264,9 +262,8 @@ func RestoreCheckpoint(cfg Config, head []byte, segment func(id uint64) ([]byte,
 // track adds a restored entry to the aggregator's indexes (the caller
 // re-initializes the timers' heap once all are in).
 func (a *Aggregator) track(e *entry) error {
-	e.key = string(appendKey(nil, e.ev))
 	if _, dup := a.entries[e.key]; dup {
-		return fmt.Errorf("key of uid %s tracked twice", e.ev.GetUid())
+		return fmt.Errorf("key of uid %s tracked twice", e.uid)
 	}
 	a.entries[e.key] = e
 	e.idx = -1

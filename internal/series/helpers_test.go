@@ -1,6 +1,7 @@
 package series
 
 import (
+	"bytes"
 	"slices"
 	"testing"
 	"time"
@@ -98,6 +99,21 @@ type logEntry struct {
 func apply(a *Aggregator, e logEntry) Decision {
 	if e.ev == nil {
 		return Decision{Writes: a.Tick(e.at, e.pos)}
+	}
+	if e.pos%2 == 0 {
+		// Half the occurrences come encoded, as the intake passes them:
+		// both paths go through every test, crashes and restores included.
+		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(e.ev)
+		if err != nil {
+			panic(err)
+		}
+		d := a.ObserveEncoded(e.ev, raw, e.at, e.pos)
+		for _, w := range d.Writes {
+			if w.Raw != nil && !bytes.Equal(w.Raw, raw) {
+				panic("a Created write's Raw is not the occurrence's encoding")
+			}
+		}
+		return d
 	}
 	return a.Observe(e.ev, e.at, e.pos)
 }

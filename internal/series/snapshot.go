@@ -1,6 +1,7 @@
 package series
 
 import (
+	"bytes"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -68,13 +69,12 @@ func (a *Aggregator) Snapshot() ([]byte, error) {
 	b = protowire.AppendVarint(b, a.pos)
 	b = protowire.AppendTag(b, snapClock, protowire.VarintType)
 	b = protowire.AppendVarint(b, protowire.EncodeZigZag(a.clock))
-	mo := proto.MarshalOptions{Deterministic: true}
 	var eb, ev []byte
 	for _, l := range []*list{&a.singles, &a.series} {
 		for e := l.head; e != nil; e = e.next {
 			var err error
-			if ev, err = mo.MarshalAppend(ev[:0], e.ev); err != nil {
-				return nil, fmt.Errorf("series snapshot: encode event %s: %w", e.ev.GetUid(), err)
+			if ev, err = e.encode(ev[:0]); err != nil {
+				return nil, err
 			}
 			eb = appendEntry(eb[:0], e, ev)
 			b = protowire.AppendTag(b, snapEntry, protowire.BytesType)
@@ -218,14 +218,22 @@ func (a *Aggregator) decodeEntry(b []byte) (*entry, error) {
 		b = b[n:]
 	}
 
-	e.ev = new(eventgatev1.Event)
-	if err := proto.Unmarshal(evb, e.ev); err != nil {
+	ev := new(eventgatev1.Event)
+	if err := proto.Unmarshal(evb, ev); err != nil {
 		return nil, fmt.Errorf("event: %w", err)
 	}
-	if e.ev.GetUid() == "" {
+	if ev.GetUid() == "" {
 		return nil, errors.New("event without uid")
 	}
-	e.ev.Series = nil
+	e.uid = ev.GetUid()
+	e.key = string(appendKey(nil, ev))
+	if e.kind == singleton && ev.Series == nil {
+		// Kept encoded, as Observe keeps a singleton.
+		e.raw = bytes.Clone(evb)
+	} else {
+		ev.Series = nil
+		e.ev = ev
+	}
 	switch {
 	case e.kind == singleton && count != 1:
 		return nil, fmt.Errorf("singleton with count %d", count)
