@@ -743,3 +743,49 @@ func TestUndecodableRequests(t *testing.T) {
 	}
 	emit(t, tg.client, testEvent("Still", "Pod", "ns", "p"))
 }
+
+// TestEmitClientCounted: an emitter that counts its own series (a Kubernetes
+// client) has every event stored as sent; the same isomorphic events from
+// an emitter that does not are folded into a series by the server.
+func TestEmitClientCounted(t *testing.T) {
+	tg := startGateway(t, nil)
+	ctx := context.Background()
+	twice := func(counted bool, name string) []*eventgatev1.EmitResult {
+		t.Helper()
+		var out []*eventgatev1.EmitResult
+		for range 2 {
+			resp, err := tg.client.Emit(ctx, &eventgatev1.EmitRequest{
+				Events:        []*eventgatev1.Event{testEvent("BackOff", "Deployment", "web", name)},
+				ClientCounted: counted,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, resp.Results...)
+		}
+		return out
+	}
+	folded := twice(false, "folded")
+	if folded[1].Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_STARTED || folded[1].SeriesUid != folded[0].Uid {
+		t.Fatalf("without clientCounted the second occurrence should start a series on the first: %v", folded)
+	}
+	counted := twice(true, "counted")
+	for _, r := range counted {
+		if r.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED || r.ResourceVersion == "" {
+			t.Fatalf("clientCounted events should each be created: %v", counted)
+		}
+	}
+	if counted[0].Uid == counted[1].Uid {
+		t.Fatalf("clientCounted events share a uid: %v", counted)
+	}
+	waitIngested(t, tg, maxRV(counted))
+	for _, r := range counted {
+		got, err := tg.client.Get(ctx, &eventgatev1.GetRequest{Uid: r.Uid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Event.Series != nil {
+			t.Errorf("event %s stored with series %v, want as sent", r.Uid, got.Event.Series)
+		}
+	}
+}

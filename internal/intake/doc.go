@@ -101,7 +101,9 @@
 // # Events aggregated by their emitter
 //
 // An event that arrives with its series set (a core/v1 client that counts
-// by itself) is not aggregated, but it still goes through its partition:
+// by itself), or from SubmitAsIs (header Eventgate-As-Is: an emitter that
+// counts its own series, as every Kubernetes client does) is not
+// aggregated, but it still goes through its partition:
 // its owner stores it as it is (reason "client", id
 // "<tenant>/<uid>/intake-<seq>"), in log order with the partition's series
 // writes, and the entry counts as a tick for the aggregator.

@@ -351,6 +351,17 @@ var propagator = propagation.TraceContext{}
 // message ids. Without an error every occurrence is durable and will be
 // aggregated exactly once, whatever its Outcome says.
 func (in *Intake) Submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string) ([]Result, error) {
+	return in.submit(ctx, evs, msgIDs, false)
+}
+
+// SubmitAsIs is Submit for an emitter that counts its own series (a
+// Kubernetes client): each event is stored as it is, in its partition's log
+// order, and never aggregated (Outcome CREATED).
+func (in *Intake) SubmitAsIs(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string) ([]Result, error) {
+	return in.submit(ctx, evs, msgIDs, true)
+}
+
+func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string, asIs bool) ([]Result, error) {
 	if msgIDs != nil && len(msgIDs) != len(evs) {
 		return nil, fmt.Errorf("submit: %d message ids for %d events", len(msgIDs), len(evs))
 	}
@@ -390,6 +401,9 @@ func (in *Intake) Submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 		m.Data = data
 		m.Header.Set(HeaderReply, reply)
 		m.Header.Set(HeaderIndex, strconv.Itoa(i))
+		if asIs {
+			m.Header.Set(HeaderAsIs, "1")
+		}
 		if msgIDs != nil && msgIDs[i] != "" {
 			m.Header.Set(jetstream.MsgIDHeader, msgIDs[i])
 		}

@@ -485,7 +485,7 @@ func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error 
 		pt.log.Error("undecodable intake entry skipped", "seq", seq, "err", err)
 		return pt.publish(pt.agg.Tick(at, seq), nil, -1, item{})
 	}
-	if ev.GetSeries() != nil {
+	if ev.GetSeries() != nil || hdr.Get(HeaderAsIs) != "" {
 		// Aggregated by its emitter: stored as it is, in log order with the
 		// partition's writes, under an id that a replay reproduces.
 		if err := pt.publish(pt.agg.Tick(at, seq), nil, -1, item{}); err != nil {

@@ -19,6 +19,9 @@ const (
 	// HeaderTick marks an intake entry that carries no occurrence: it only
 	// advances its partition's log clock.
 	HeaderTick = "Eventgate-Tick"
+	// HeaderAsIs, on an intake entry, says that its emitter counts its own
+	// series: the occurrence is stored as it is, never aggregated.
+	HeaderAsIs = "Eventgate-As-Is"
 	// HeaderWriteReason, on an events message, says why it was written:
 	// a series.Reason name, or ReasonClient for an event its emitter
 	// aggregated itself.
@@ -28,7 +31,8 @@ const (
 	// writes of one uid (deduplicated by Nats-Msg-Id) they sum to its count.
 	HeaderSeriesMinutes = "Eventgate-Series-Minutes"
 	// ReasonClient is the write reason of an event that arrived with its
-	// series already set (aggregated by its emitter) and is stored as it is.
+	// series already set, or from an emitter that counts its own series
+	// (SubmitAsIs), and is stored as it is.
 	ReasonClient = "client"
 	// pinHeader is the JetStream header naming the pinned client.
 	pinHeader = "Nats-Pin-Id"

@@ -163,13 +163,7 @@ func (a *API) watch(ctx context.Context, w http.ResponseWriter, r *http.Request,
 		if !o.filter.matches(resp.GetObject()) {
 			continue
 		}
-		// A series of count 1 is an event stored as its client counted it:
-		// Kubernetes sees a new object.
-		typ := resp.GetType()
-		if s := resp.GetObject().GetSeries(); typ == service.WatchModified && s.GetCount() <= 1 {
-			typ = service.WatchAdded
-		}
-		if ww.send(typ, resp.GetObject()) != nil {
+		if ww.send(resp.GetType(), resp.GetObject()) != nil {
 			return
 		}
 	}

@@ -124,10 +124,11 @@ func checkJSON(r *http.Request) *statusError {
 
 // emit stores ev (named, in rq's tenant) and answers with the stored object.
 // idemKey names this write: a retry with the same key is stored once.
-func (a *API) emit(ctx context.Context, rq request, ev *eventgatev1.Event, idemKey string) (*eventgatev1.Event, *eventgatev1.EmitResult, *statusError) {
+// counted: stored as sent (EmitRequest.clientCounted), not folded.
+func (a *API) emit(ctx context.Context, rq request, ev *eventgatev1.Event, idemKey string, counted bool) (*eventgatev1.Event, *eventgatev1.EmitResult, *statusError) {
 	ev.Tenant = proto.Clone(rq.tenant).(*eventgatev1.Tenant)
 	ev.ResourceVersion = ""
-	resp, err := a.client.Emit(ctx, &eventgatev1.EmitRequest{Events: []*eventgatev1.Event{ev}, Tenant: rq.tenant, IdempotencyKey: idemKey})
+	resp, err := a.client.Emit(ctx, &eventgatev1.EmitRequest{Events: []*eventgatev1.Event{ev}, Tenant: rq.tenant, IdempotencyKey: idemKey, ClientCounted: counted})
 	if err != nil {
 		return nil, nil, fromGRPC(err, rq, ev.GetName(), renameField(rq.gv))
 	}
@@ -178,16 +179,16 @@ func (a *API) create(ctx context.Context, w http.ResponseWriter, r *http.Request
 	if ev.EventTime == nil {
 		ev.EventTime = pbTime(a.now())
 	}
+	// Kubernetes clients count their own series (client-go's recorders
+	// patch the event they created), as kube-apiserver expects: a create is
+	// stored as sent, never folded; except with client-go's older
+	// EventCorrelator grouping on, whose aggregates fold into series on
+	// the server.
+	counted := true
 	if rq.gv == coreV1 && a.correlate != nil {
-		// client-go's older EventCorrelator grouping; its aggregates fold
-		// into series on the server.
 		ev.Tenant = rq.tenant
 		ev = a.correlate(ev, a.now())
-	} else if ev.Series == nil {
-		// Kubernetes clients count their own series (client-go's recorders
-		// patch the event they created), as kube-apiserver expects: the
-		// event is stored as counted, once, not folded by the server.
-		ev.Series = &eventgatev1.EventSeries{Count: 1, LastObservedTime: ev.EventTime}
+		counted = false
 	}
 	// The server owns the uid: derived from the name, so that a later
 	// update of this name finds this event even before it is stored.
@@ -199,7 +200,7 @@ func (a *API) create(ctx context.Context, w http.ResponseWriter, r *http.Request
 		writeStatus(w, fromGRPC(err, rq, ev.Name, nil))
 		return
 	}
-	out, res, st := a.emit(ctx, rq, ev, "")
+	out, res, st := a.emit(ctx, rq, ev, "", counted)
 	if st != nil {
 		writeStatus(w, st)
 		return
@@ -276,18 +277,14 @@ func (a *API) writeUpdate(ctx context.Context, w http.ResponseWriter, rq request
 	if next.EventTime == nil {
 		next.EventTime = pbTime(a.now())
 	}
-	if next.Series == nil {
-		// Stored as counted (once), like a create: an update is not an
-		// occurrence for the server's aggregation to count.
-		next.Series = &eventgatev1.EventSeries{Count: 1, LastObservedTime: next.EventTime}
-	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(next)
 	if err != nil {
 		writeStatus(w, newStatus(http.StatusInternalServerError, metav1.StatusReasonInternalError, "internal error"))
 		return
 	}
 	sum := sha256.Sum256(b)
-	out, _, st := a.emit(ctx, rq, next, "k8s-write-"+hex.EncodeToString(sum[:16]))
+	// An update is a new version, not an occurrence to count.
+	out, _, st := a.emit(ctx, rq, next, "k8s-write-"+hex.EncodeToString(sum[:16]), true)
 	if st != nil {
 		writeStatus(w, st)
 		return

@@ -44,6 +44,8 @@ type Watcher interface {
 // series before they reach the events stream.
 type Intake interface {
 	Submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string) ([]intake.Result, error)
+	// SubmitAsIs is Submit for an emitter that counts its own series.
+	SubmitAsIs(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string) ([]intake.Result, error)
 }
 
 // EventsConfig configures the EventService.
@@ -98,7 +100,7 @@ func NewEvents(cfg EventsConfig, pub Publisher, w Watcher, store Store, floor Fl
 
 // Emit implements EventService.Emit.
 func (s *Events) Emit(ctx context.Context, req *eventgatev1.EmitRequest) (*eventgatev1.EmitResponse, error) {
-	results, err := s.emit(ctx, req.GetEvents(), req.GetTenant(), req.GetIdempotencyKey())
+	results, err := s.emit(ctx, batch{req.GetEvents(), req.GetTenant(), req.GetIdempotencyKey(), req.GetClientCounted()})
 	if err != nil {
 		return nil, toStatus(s.log, "Emit", err)
 	}
@@ -142,7 +144,7 @@ func (s *Events) EmitStream(stream eventgatev1.EventService_EmitStreamServer) er
 			}
 			break
 		}
-		wait, err := s.startEmit(ctx, req.GetEvents(), req.GetTenant(), req.GetIdempotencyKey())
+		wait, err := s.startEmit(ctx, batch{req.GetEvents(), req.GetTenant(), req.GetIdempotencyKey(), req.GetClientCounted()})
 		if err != nil {
 			wait = func() ([]*eventgatev1.EmitResult, error) { return nil, err }
 		}
@@ -176,8 +178,17 @@ func emitError(err error) *eventgatev1.EmitError {
 	return e
 }
 
-func (s *Events) emit(ctx context.Context, evs []*eventgatev1.Event, def *eventgatev1.Tenant, idemKey string) ([]*eventgatev1.EmitResult, error) {
-	wait, err := s.startEmit(ctx, evs, def, idemKey)
+// batch is what an Emit or an EmitStream batch asks to store.
+type batch struct {
+	events  []*eventgatev1.Event
+	tenant  *eventgatev1.Tenant // for the events that name none
+	idemKey string
+	// counted: the emitter counts its own series; nothing is folded.
+	counted bool
+}
+
+func (s *Events) emit(ctx context.Context, b batch) ([]*eventgatev1.EmitResult, error) {
+	wait, err := s.startEmit(ctx, b)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +197,8 @@ func (s *Events) emit(ctx context.Context, evs []*eventgatev1.Event, def *eventg
 
 // startEmit validates a batch and starts publishing it; wait returns the
 // results once every event is durable.
-func (s *Events) startEmit(ctx context.Context, evs []*eventgatev1.Event, def *eventgatev1.Tenant, idemKey string) (func() ([]*eventgatev1.EmitResult, error), error) {
+func (s *Events) startEmit(ctx context.Context, b batch) (func() ([]*eventgatev1.EmitResult, error), error) {
+	evs, def, idemKey := b.events, b.tenant, b.idemKey
 	if len(evs) == 0 {
 		return nil, invalid("events", "at least one event is required")
 	}
@@ -231,7 +243,7 @@ func (s *Events) startEmit(ctx context.Context, evs []*eventgatev1.Event, def *e
 		}
 	}
 	if s.cfg.Intake != nil {
-		return s.startIntake(ctx, evs, callerUID, idemKey), nil
+		return s.startIntake(ctx, evs, callerUID, idemKey, b.counted), nil
 	}
 	msgs := make([]*nats.Msg, len(evs))
 	for i, ev := range evs {
@@ -295,7 +307,7 @@ func principal(ctx context.Context) (*authz.Principal, error) {
 
 // startIntake hands a validated batch to the intake; wait returns once every
 // event is durable, with what each became when the owners decided in time.
-func (s *Events) startIntake(ctx context.Context, evs []*eventgatev1.Event, callerUID []bool, idemKey string) func() ([]*eventgatev1.EmitResult, error) {
+func (s *Events) startIntake(ctx context.Context, evs []*eventgatev1.Event, callerUID []bool, idemKey string, counted bool) func() ([]*eventgatev1.EmitResult, error) {
 	ids := make([]string, len(evs))
 	for i, ev := range evs {
 		ids[i] = event.MsgID(ev, callerUID[i], idemKey)
@@ -306,7 +318,11 @@ func (s *Events) startIntake(ctx context.Context, evs []*eventgatev1.Event, call
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := s.cfg.Intake.Submit(ctx, evs, ids)
+		submit := s.cfg.Intake.Submit
+		if counted {
+			submit = s.cfg.Intake.SubmitAsIs
+		}
+		res, err := submit(ctx, evs, ids)
 		done <- outcome{res, err}
 	}()
 	return func() ([]*eventgatev1.EmitResult, error) {

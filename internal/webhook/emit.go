@@ -47,6 +47,9 @@ func (it *item) fail(code codes.Code, msg string, vs ...*eventgatev1.FieldViolat
 type emitter struct {
 	client   eventgatev1.EventServiceClient
 	maxBatch int
+	// counted: the events come from Kubernetes, where their emitters
+	// counted their series: stored as they are (EmitRequest.clientCounted).
+	counted bool
 }
 
 // emit decides every item. It returns a status instead when the request as
@@ -89,7 +92,7 @@ func (e *emitter) emitGroup(ctx context.Context, items []*item, split bool) *sta
 	pending := items
 	for len(pending) > 0 {
 		// Items are grouped by version, so the first speaks for all.
-		req := &eventgatev1.EmitRequest{Events: make([]*eventgatev1.Event, len(pending)), IdempotencyKey: pending[0].version}
+		req := &eventgatev1.EmitRequest{Events: make([]*eventgatev1.Event, len(pending)), IdempotencyKey: pending[0].version, ClientCounted: e.counted}
 		for i, it := range pending {
 			req.Events[i] = it.ev
 		}

@@ -134,7 +134,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, status.Convert(err))
 		return
 	}
-	if st := h.em.emit(ctx, items); st != nil {
+	if st := h.k8s.emit(ctx, items); st != nil {
 		writeStatus(w, st)
 		return
 	}

@@ -71,7 +71,7 @@ func Register(mux *http.ServeMux, o Options) error {
 	if o.MaxBodyBytes < 1 {
 		o.MaxBodyBytes = 4 << 20
 	}
-	h := &handler{opts: o, em: &emitter{client: o.Client, maxBatch: o.MaxBatch}, meta: meta}
+	h := &handler{opts: o, em: &emitter{client: o.Client, maxBatch: o.MaxBatch}, k8s: &emitter{client: o.Client, maxBatch: o.MaxBatch, counted: true}, meta: meta}
 	mux.HandleFunc("POST "+EventsPath, h.events)
 	mux.HandleFunc("POST "+FluxPath, h.flux)
 	return nil
@@ -79,7 +79,8 @@ func Register(mux *http.ServeMux, o Options) error {
 
 type handler struct {
 	opts Options
-	em   *emitter
+	em   *emitter // Flux: occurrences, folded into series by the server
+	k8s  *emitter // EventList: Kubernetes events, counted by their emitters
 	meta *tenantMetadata
 }
 

@@ -150,7 +150,11 @@ type EmitRequest struct {
 	// Optional key that makes a retried batch idempotent: the same key and position store one event.
 	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Tenant for the events that name none.
-	Tenant        *Tenant `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant *Tenant `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The emitter counts its own series, as Kubernetes clients do (an event
+	// with series set, or a later version of the same uid): every event is
+	// stored as sent, and none is folded into a series by the server.
+	ClientCounted bool `protobuf:"varint,4,opt,name=client_counted,json=clientCounted,proto3" json:"client_counted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -204,6 +208,13 @@ func (x *EmitRequest) GetTenant() *Tenant {
 		return x.Tenant
 	}
 	return nil
+}
+
+func (x *EmitRequest) GetClientCounted() bool {
+	if x != nil {
+		return x.ClientCounted
+	}
+	return false
 }
 
 // EmitResponse answers an EmitRequest with one result per event, in order.
@@ -344,7 +355,11 @@ type EmitStreamRequest struct {
 	// Optional idempotency key for the batch.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Tenant for the events that name none.
-	Tenant        *Tenant `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant *Tenant `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The emitter counts its own series, as Kubernetes clients do (an event
+	// with series set, or a later version of the same uid): every event is
+	// stored as sent, and none is folded into a series by the server.
+	ClientCounted bool `protobuf:"varint,5,opt,name=client_counted,json=clientCounted,proto3" json:"client_counted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -405,6 +420,13 @@ func (x *EmitStreamRequest) GetTenant() *Tenant {
 		return x.Tenant
 	}
 	return nil
+}
+
+func (x *EmitStreamRequest) GetClientCounted() bool {
+	if x != nil {
+		return x.ClientCounted
+	}
+	return false
 }
 
 // EmitStreamResponse acknowledges one batch.
@@ -1250,11 +1272,12 @@ var File_eventgate_v1_event_service_proto protoreflect.FileDescriptor
 
 const file_eventgate_v1_event_service_proto_rawDesc = "" +
 	"\n" +
-	" eventgate/v1/event_service.proto\x12\feventgate.v1\x1a\x18eventgate/v1/event.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x01\n" +
+	" eventgate/v1/event_service.proto\x12\feventgate.v1\x1a\x18eventgate/v1/event.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x01\n" +
 	"\vEmitRequest\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.eventgate.v1.EventR\x06events\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12,\n" +
-	"\x06tenant\x18\x03 \x01(\v2\x14.eventgate.v1.TenantR\x06tenant\"B\n" +
+	"\x06tenant\x18\x03 \x01(\v2\x14.eventgate.v1.TenantR\x06tenant\x12%\n" +
+	"\x0eclient_counted\x18\x04 \x01(\bR\rclientCounted\"B\n" +
 	"\fEmitResponse\x122\n" +
 	"\aresults\x18\x01 \x03(\v2\x18.eventgate.v1.EmitResultR\aresults\"\xb1\x01\n" +
 	"\n" +
@@ -1264,12 +1287,13 @@ const file_eventgate_v1_event_service_proto_rawDesc = "" +
 	"\x10resource_version\x18\x03 \x01(\tR\x0fresourceVersion\x123\n" +
 	"\aoutcome\x18\x04 \x01(\x0e2\x19.eventgate.v1.EmitOutcomeR\aoutcome\x12\x1d\n" +
 	"\n" +
-	"series_uid\x18\x05 \x01(\tR\tseriesUid\"\xb2\x01\n" +
+	"series_uid\x18\x05 \x01(\tR\tseriesUid\"\xd9\x01\n" +
 	"\x11EmitStreamRequest\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12+\n" +
 	"\x06events\x18\x02 \x03(\v2\x13.eventgate.v1.EventR\x06events\x12'\n" +
 	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12,\n" +
-	"\x06tenant\x18\x04 \x01(\v2\x14.eventgate.v1.TenantR\x06tenant\"\x92\x01\n" +
+	"\x06tenant\x18\x04 \x01(\v2\x14.eventgate.v1.TenantR\x06tenant\x12%\n" +
+	"\x0eclient_counted\x18\x05 \x01(\bR\rclientCounted\"\x92\x01\n" +
 	"\x12EmitStreamResponse\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x122\n" +
 	"\aresults\x18\x02 \x03(\v2\x18.eventgate.v1.EmitResultR\aresults\x12-\n" +
