@@ -79,7 +79,7 @@ func toRef(r *eventgatev1.ObjectReference) corev1.ObjectReference {
 	}
 }
 
-func fromRef(r *corev1.ObjectReference) *eventgatev1.ObjectReference {
+func FromObjectReference(r *corev1.ObjectReference) *eventgatev1.ObjectReference {
 	if r == nil {
 		return nil
 	}
@@ -172,18 +172,18 @@ func metaToEvent(m *metav1.ObjectMeta, ev *eventgatev1.Event) {
 	}
 }
 
-// fromEventsV1 converts an events.k8s.io/v1 Event. The deprecated core
+// FromEventsV1 converts an events.k8s.io/v1 Event (without a tenant). The deprecated core
 // fields fill in what the new ones leave empty, and a deprecatedCount above
 // 1 is a series, as a core/v1 count is.
-func fromEventsV1(e *eventsv1.Event) *eventgatev1.Event {
+func FromEventsV1(e *eventsv1.Event) *eventgatev1.Event {
 	ev := &eventgatev1.Event{
 		EventTime:           pbTime(e.EventTime.Time),
 		ReportingController: firstNonEmpty(e.ReportingController, e.DeprecatedSource.Component),
 		ReportingInstance:   firstNonEmpty(e.ReportingInstance, e.DeprecatedSource.Host),
 		Action:              e.Action,
 		Reason:              e.Reason,
-		Regarding:           fromRef(&e.Regarding),
-		Related:             fromRef(e.Related),
+		Regarding:           FromObjectReference(&e.Regarding),
+		Related:             FromObjectReference(e.Related),
 		Note:                e.Note,
 		Type:                e.Type,
 	}
@@ -204,8 +204,8 @@ func fromCoreV1(e *corev1.Event) *eventgatev1.Event {
 		ReportingInstance:   firstNonEmpty(e.ReportingInstance, e.Source.Host),
 		Action:              e.Action,
 		Reason:              e.Reason,
-		Regarding:           fromRef(&e.InvolvedObject),
-		Related:             fromRef(e.Related),
+		Regarding:           FromObjectReference(&e.InvolvedObject),
+		Related:             FromObjectReference(e.Related),
 		Note:                e.Message,
 		Type:                e.Type,
 	}

@@ -37,7 +37,7 @@ func TestRoundTrip(t *testing.T) {
 	want := stored()
 	want.ResourceVersion = ""
 	for name, back := range map[string]*eventgatev1.Event{
-		"events.k8s.io/v1": fromEventsV1(toEventsV1(stored())),
+		"events.k8s.io/v1": FromEventsV1(toEventsV1(stored())),
 		"core/v1":          fromCoreV1(toCoreV1(stored())),
 	} {
 		if d := cmp.Diff(want, back, protocmp.Transform()); d != "" {

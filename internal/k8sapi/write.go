@@ -86,7 +86,7 @@ func decodeObject(gv groupVersion, body []byte, ct string) (*eventgatev1.Event, 
 	case *corev1.Event:
 		return fromCoreV1(e), e.ObjectMeta, nil
 	case *eventsv1.Event:
-		return fromEventsV1(e), e.ObjectMeta, nil
+		return FromEventsV1(e), e.ObjectMeta, nil
 	}
 	return nil, metav1.ObjectMeta{}, badRequest("the body is not an Event")
 }

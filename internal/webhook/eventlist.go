@@ -12,12 +12,11 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/k8sapi"
 )
 
 // Annotations that name an item's tenant. eventgate's own pair wins over the
@@ -168,7 +167,7 @@ func listItem(i int, raw json.RawMessage, idemKey string) *item {
 		return it
 	}
 	it.tenant = tenant
-	it.ev = FromEventsV1(&in)
+	it.ev = fromEventsV1(&in)
 	it.ev.Tenant = tenant
 	if it.ev.Uid == "" && idemKey != "" {
 		it.ev.Uid = uuid.NewSHA1(uidNamespace, []byte(tenant.GetType()+"\x00"+tenant.GetName()+"\x00"+idemKey+"\x00"+prefix)).String()
@@ -241,71 +240,17 @@ func tenantFromAnnotations(ann map[string]string, field string) (t *eventgatev1.
 	return nil, TenantTypeAnnotation, TenantNameAnnotation, nil
 }
 
-// FromEventsV1 converts an events.k8s.io/v1 Event to eventgate's Event,
-// without a tenant. The tenant annotations are left out (they became the
-// tenant); deprecatedSource stands in for an absent reportingController and
-// reportingInstance, deprecatedFirstTimestamp for an absent eventTime.
-//
-// internal/k8sapi converts the same type for its REST surface; the two can be
-// merged once both have settled.
-func FromEventsV1(in *eventsv1.Event) *eventgatev1.Event {
-	out := &eventgatev1.Event{
-		Uid:                 string(in.UID),
-		Name:                in.Name,
-		Namespace:           in.Namespace,
-		ReportingController: in.ReportingController,
-		ReportingInstance:   in.ReportingInstance,
-		Action:              in.Action,
-		Reason:              in.Reason,
-		Regarding:           fromObjectReference(&in.Regarding),
-		Note:                in.Note,
-		Type:                in.Type,
-		Labels:              in.Labels,
+// fromEventsV1 converts an EventList item as the Kubernetes API does,
+// without the tenant annotations (they became the tenant).
+func fromEventsV1(in *eventsv1.Event) *eventgatev1.Event {
+	out := k8sapi.FromEventsV1(in)
+	for _, k := range []string{ScopeTypeAnnotation, ScopeNameAnnotation, TenantTypeAnnotation, TenantNameAnnotation} {
+		delete(out.Annotations, k)
 	}
-	if in.Related != nil {
-		out.Related = fromObjectReference(in.Related)
-	}
-	for k, v := range in.Annotations {
-		switch k {
-		case ScopeTypeAnnotation, ScopeNameAnnotation, TenantTypeAnnotation, TenantNameAnnotation:
-			continue
-		}
-		if out.Annotations == nil {
-			out.Annotations = map[string]string{}
-		}
-		out.Annotations[k] = v
-	}
-	if out.ReportingController == "" {
-		out.ReportingController = in.DeprecatedSource.Component
-	}
-	if out.ReportingInstance == "" {
-		out.ReportingInstance = in.DeprecatedSource.Host
-	}
-	switch {
-	case !in.EventTime.IsZero():
-		out.EventTime = timestamppb.New(in.EventTime.Time)
-	case !in.DeprecatedFirstTimestamp.IsZero():
-		out.EventTime = timestamppb.New(in.DeprecatedFirstTimestamp.Time)
-	}
-	if s := in.Series; s != nil {
-		out.Series = &eventgatev1.EventSeries{Count: s.Count}
-		if !s.LastObservedTime.IsZero() {
-			out.Series.LastObservedTime = timestamppb.New(s.LastObservedTime.Time)
-		}
+	if len(out.Annotations) == 0 {
+		out.Annotations = nil
 	}
 	return out
-}
-
-func fromObjectReference(r *corev1.ObjectReference) *eventgatev1.ObjectReference {
-	return &eventgatev1.ObjectReference{
-		ApiVersion:      r.APIVersion,
-		Kind:            r.Kind,
-		Namespace:       r.Namespace,
-		Name:            r.Name,
-		Uid:             string(r.UID),
-		FieldPath:       r.FieldPath,
-		ResourceVersion: r.ResourceVersion,
-	}
 }
 
 // retryable codes are failures of the gateway or its store, not of the item.

@@ -194,7 +194,7 @@ func TestFromEventsV1(t *testing.T) {
 		Labels:              map[string]string{"app": "nginx"},
 		Annotations:         map[string]string{"keep": "me"},
 	}
-	if d := cmp.Diff(want, FromEventsV1(in), protocmp.Transform()); d != "" {
+	if d := cmp.Diff(want, fromEventsV1(in), protocmp.Transform()); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
 	}
 }
