@@ -74,7 +74,7 @@ type segRef struct {
 //	}
 //	message Segment {
 //	  uint64 id = 1;
-//	  string gen = 2; uint32 chunks = 3; uint64 first_seq = 4; uint64 size = 5; fixed32 crc = 6;
+//	  string gen = 4; uint32 chunks = 5; uint64 first_seq = 6; uint64 size = 7; fixed32 crc = 8; // as in Head
 //	}
 type head struct {
 	position uint64
@@ -88,19 +88,15 @@ const (
 	hPosition protowire.Number = 1
 	hOwner    protowire.Number = 2
 	hInline   protowire.Number = 3
-	hGen      protowire.Number = 4
-	hChunks   protowire.Number = 5
-	hFirstSeq protowire.Number = 6
-	hSize     protowire.Number = 7
-	hCRC      protowire.Number = 8
 	hSegment  protowire.Number = 9
-
 	sID       protowire.Number = 1
-	sGen      protowire.Number = 2
-	sChunks   protowire.Number = 3
-	sFirstSeq protowire.Number = 4
-	sSize     protowire.Number = 5
-	sCRC      protowire.Number = 6
+
+	// A blob's fields, in a head and in a segment alike.
+	bGen      protowire.Number = 4
+	bChunks   protowire.Number = 5
+	bFirstSeq protowire.Number = 6
+	bSize     protowire.Number = 7
+	bCRC      protowire.Number = 8
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -114,36 +110,50 @@ func (h head) marshal() []byte {
 	if h.gen == "" {
 		b = protowire.AppendTag(b, hInline, protowire.BytesType)
 		b = protowire.AppendBytes(b, h.inline)
-	} else {
-		b = protowire.AppendTag(b, hGen, protowire.BytesType)
-		b = protowire.AppendString(b, h.gen)
-		b = protowire.AppendTag(b, hChunks, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(h.chunks))
-		b = protowire.AppendTag(b, hFirstSeq, protowire.VarintType)
-		b = protowire.AppendVarint(b, h.firstSeq)
 	}
-	b = protowire.AppendTag(b, hSize, protowire.VarintType)
-	b = protowire.AppendVarint(b, h.size)
-	b = protowire.AppendTag(b, hCRC, protowire.Fixed32Type)
-	b = protowire.AppendFixed32(b, h.crc)
+	b = h.blob.append(b)
 	var sb []byte
 	for _, sg := range h.segments {
 		sb = protowire.AppendTag(sb[:0], sID, protowire.VarintType)
 		sb = protowire.AppendVarint(sb, sg.id)
-		sb = protowire.AppendTag(sb, sGen, protowire.BytesType)
-		sb = protowire.AppendString(sb, sg.gen)
-		sb = protowire.AppendTag(sb, sChunks, protowire.VarintType)
-		sb = protowire.AppendVarint(sb, uint64(sg.chunks))
-		sb = protowire.AppendTag(sb, sFirstSeq, protowire.VarintType)
-		sb = protowire.AppendVarint(sb, sg.firstSeq)
-		sb = protowire.AppendTag(sb, sSize, protowire.VarintType)
-		sb = protowire.AppendVarint(sb, sg.size)
-		sb = protowire.AppendTag(sb, sCRC, protowire.Fixed32Type)
-		sb = protowire.AppendFixed32(sb, sg.crc)
+		sb = sg.blob.append(sb)
 		b = protowire.AppendTag(b, hSegment, protowire.BytesType)
 		b = protowire.AppendBytes(b, sb)
 	}
 	return b
+}
+
+// append appends the blob's fields (only size and crc when it has no
+// generation: an inline value).
+func (bl blob) append(b []byte) []byte {
+	if bl.gen != "" {
+		b = protowire.AppendTag(b, bGen, protowire.BytesType)
+		b = protowire.AppendString(b, bl.gen)
+		b = protowire.AppendTag(b, bChunks, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(bl.chunks))
+		b = protowire.AppendTag(b, bFirstSeq, protowire.VarintType)
+		b = protowire.AppendVarint(b, bl.firstSeq)
+	}
+	b = protowire.AppendTag(b, bSize, protowire.VarintType)
+	b = protowire.AppendVarint(b, bl.size)
+	b = protowire.AppendTag(b, bCRC, protowire.Fixed32Type)
+	return protowire.AppendFixed32(b, bl.crc)
+}
+
+// set sets the blob field num, if it is one.
+func (bl *blob) set(num protowire.Number, v uint64, s []byte) {
+	switch num {
+	case bGen:
+		bl.gen = string(s)
+	case bChunks:
+		bl.chunks = uint32(v)
+	case bFirstSeq:
+		bl.firstSeq = v
+	case bSize:
+		bl.size = v
+	case bCRC:
+		bl.crc = uint32(v)
+	}
 }
 
 // fields calls f for every field of a protobuf message: varint and fixed32
@@ -189,35 +199,18 @@ func unmarshalHead(b []byte) (head, error) {
 			h.owner = string(s)
 		case hInline:
 			h.inline = s
-		case hGen:
-			h.gen = string(s)
-		case hChunks:
-			h.chunks = uint32(v)
-		case hFirstSeq:
-			h.firstSeq = v
-		case hSize:
-			h.size = v
-		case hCRC:
-			h.crc = uint32(v)
 		case hSegment:
 			var sg segRef
 			okSegs = fields(s, func(num protowire.Number, v uint64, s []byte) {
-				switch num {
-				case sID:
+				if num == sID {
 					sg.id = v
-				case sGen:
-					sg.gen = string(s)
-				case sChunks:
-					sg.chunks = uint32(v)
-				case sFirstSeq:
-					sg.firstSeq = v
-				case sSize:
-					sg.size = v
-				case sCRC:
-					sg.crc = uint32(v)
+				} else {
+					sg.blob.set(num, v, s)
 				}
 			}) && okSegs && sg.gen != ""
 			h.segments = append(h.segments, sg)
+		default:
+			h.blob.set(num, v, s)
 		}
 	})
 	if !ok || !okSegs {

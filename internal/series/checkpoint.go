@@ -86,7 +86,6 @@ type Checkpoint struct {
 // next checkpoint would miss them.
 func (a *Aggregator) Checkpoint() (Checkpoint, error) {
 	var cp Checkpoint
-	var ev, eb []byte
 
 	// Singletons not yet in a segment are the newest: a suffix of singles.
 	first := a.singles.tail
@@ -103,16 +102,9 @@ func (a *Aggregator) Checkpoint() (Checkpoint, error) {
 		b = protowire.AppendTag(b, segID, protowire.VarintType)
 		b = protowire.AppendVarint(b, id)
 		n := 0
-		for e := first; e != nil; e = e.next {
-			var err error
-			if ev, err = e.encode(ev[:0]); err != nil {
-				return Checkpoint{}, err
-			}
-			eb = appendEntry(eb[:0], e, ev)
-			b = protowire.AppendTag(b, snapEntry, protowire.BytesType)
-			b = protowire.AppendBytes(b, eb)
-			e.seg = id
-			n++
+		b, err := appendEntries(b, first, func(e *entry) { e.seg = id; n++ })
+		if err != nil {
+			return Checkpoint{}, err
 		}
 		a.segLive[id] = n
 		cp.Segment = &Segment{ID: id, Data: b}
@@ -137,14 +129,9 @@ func (a *Aggregator) Checkpoint() (Checkpoint, error) {
 	b = protowire.AppendVarint(b, floor)
 	b = appendPackedDeltas(b, snapRemoved, a.removed)
 	b = appendPackedDeltas(b, snapSegments, cp.Live)
-	for e := a.series.head; e != nil; e = e.next {
-		var err error
-		if ev, err = e.encode(ev[:0]); err != nil {
-			return Checkpoint{}, err
-		}
-		eb = appendEntry(eb[:0], e, ev)
-		b = protowire.AppendTag(b, snapEntry, protowire.BytesType)
-		b = protowire.AppendBytes(b, eb)
+	b, err := appendEntries(b, a.series.head, nil)
+	if err != nil {
+		return Checkpoint{}, err
 	}
 	cp.Head = b
 	return cp, nil

@@ -69,16 +69,29 @@ func (a *Aggregator) Snapshot() ([]byte, error) {
 	b = protowire.AppendVarint(b, a.pos)
 	b = protowire.AppendTag(b, snapClock, protowire.VarintType)
 	b = protowire.AppendVarint(b, protowire.EncodeZigZag(a.clock))
-	var eb, ev []byte
 	for _, l := range []*list{&a.singles, &a.series} {
-		for e := l.head; e != nil; e = e.next {
-			var err error
-			if ev, err = e.encode(ev[:0]); err != nil {
-				return nil, err
-			}
-			eb = appendEntry(eb[:0], e, ev)
-			b = protowire.AppendTag(b, snapEntry, protowire.BytesType)
-			b = protowire.AppendBytes(b, eb)
+		var err error
+		if b, err = appendEntries(b, l.head, nil); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// appendEntries appends e and the entries after it as snapshot entries,
+// calling visit (when not nil) with each.
+func appendEntries(b []byte, e *entry, visit func(*entry)) ([]byte, error) {
+	var ev, eb []byte
+	for ; e != nil; e = e.next {
+		var err error
+		if ev, err = e.encode(ev[:0]); err != nil {
+			return nil, err
+		}
+		eb = appendEntry(eb[:0], e, ev)
+		b = protowire.AppendTag(b, snapEntry, protowire.BytesType)
+		b = protowire.AppendBytes(b, eb)
+		if visit != nil {
+			visit(e)
 		}
 	}
 	return b, nil
