@@ -33,6 +33,9 @@ type Config struct {
 	GRPCAddr string `yaml:"grpcAddr"`
 	// HTTPAddr is the REST, health and metrics listen address.
 	HTTPAddr string `yaml:"httpAddr"`
+	// DebugAddr, when set, serves Go's pprof profiles (/debug/pprof/) on a
+	// loopback address of its own; empty (the default) serves none.
+	DebugAddr string `yaml:"debugAddr"`
 	// DataDir holds the embedded engines' data.
 	DataDir string `yaml:"dataDir"`
 	// NATS says where JetStream is and how the stream is kept.
@@ -191,6 +194,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.StringVar(configPath, "config", "", "optional YAML configuration file")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "REST, health and metrics listen address")
+	fs.StringVar(&c.DebugAddr, "debug-addr", c.DebugAddr, "loopback address for Go's pprof profiles (/debug/pprof/); empty: off")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the embedded engines' data")
 	fs.StringVar(&c.NATS.URL, "nats-url", c.NATS.URL, "external NATS server or cluster URL(s); empty starts an embedded server")
 	fs.StringVar(&c.NATS.CredsFile, "nats-creds", c.NATS.CredsFile, "NATS credentials file for --nats-url")

@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"errors"
+	"log/slog"
+	"net"
+	"net/http"
 	"testing"
 )
 
@@ -28,5 +31,31 @@ func TestBindAddr(t *testing.T) {
 		if got != tt.want || !errors.Is(err, tt.err) {
 			t.Errorf("BindAddr(%q, %v) = %q, %v; want %q, %v", tt.addr, tt.authed, got, err, tt.want, tt.err)
 		}
+	}
+}
+
+// TestServeDebug: pprof profiles are served on loopback only.
+func TestServeDebug(t *testing.T) {
+	if _, err := serveDebug("0.0.0.0:0", slog.New(slog.DiscardHandler)); !errors.Is(err, ErrUnauthenticatedBind) {
+		t.Fatalf("non-loopback debug address: %v, want ErrUnauthenticatedBind", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	stop, err := serveDebug(addr, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("heap profile: %s", resp.Status)
 	}
 }

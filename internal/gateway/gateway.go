@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sync"
@@ -416,6 +417,15 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		grpcLis.Close()
 		return fmt.Errorf("http listener: %w", err)
 	}
+	if cfg.DebugAddr != "" {
+		stop, err := serveDebug(cfg.DebugAddr, log)
+		if err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return err
+		}
+		defer stop()
+	}
 	g, err := New(ctx, cfg, log)
 	if err != nil {
 		grpcLis.Close()
@@ -423,6 +433,32 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	return g.Serve(ctx, grpcLis, httpLis)
+}
+
+// serveDebug serves Go's pprof profiles on addr, which must be a loopback
+// address: profiles carry no authorization. stop closes the listener.
+func serveDebug(addr string, log *slog.Logger) (stop func(), err error) {
+	if addr, err = BindAddr(addr, false); err != nil {
+		return nil, fmt.Errorf("debug-addr: %w", err)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("debug listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("debug listener", "err", err)
+		}
+	}()
+	log.Info("pprof profiles served", "addr", lis.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }
 
 // ErrUnauthenticatedBind refuses a non-loopback address without authentication.
