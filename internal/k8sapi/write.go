@@ -149,17 +149,21 @@ func (a *API) emit(ctx context.Context, rq request, ev *eventgatev1.Event, idemK
 	return out, res, nil
 }
 
-func (a *API) create(ctx context.Context, w http.ResponseWriter, r *http.Request, rq request) {
+// readObject reads and decodes the request's object (JSON or Kubernetes
+// protobuf).
+func readObject(r *http.Request, rq request) (*eventgatev1.Event, metav1.ObjectMeta, *statusError) {
 	if st := checkJSON(r); st != nil {
-		writeStatus(w, st)
-		return
+		return nil, metav1.ObjectMeta{}, st
 	}
 	body, st := readBody(r)
 	if st != nil {
-		writeStatus(w, st)
-		return
+		return nil, metav1.ObjectMeta{}, st
 	}
-	ev, meta, st := decodeObject(rq.gv, body, contentType(r))
+	return decodeObject(rq.gv, body, contentType(r))
+}
+
+func (a *API) create(ctx context.Context, w http.ResponseWriter, r *http.Request, rq request) {
+	ev, meta, st := readObject(r, rq)
 	if st != nil {
 		writeStatus(w, st)
 		return
@@ -300,16 +304,7 @@ func (a *API) writeUpdate(ctx context.Context, w http.ResponseWriter, rq request
 // update serves PUT: the whole object replaced. Events allow create on
 // update, as kube-apiserver's do.
 func (a *API) update(ctx context.Context, w http.ResponseWriter, r *http.Request, rq request) {
-	if st := checkJSON(r); st != nil {
-		writeStatus(w, st)
-		return
-	}
-	body, st := readBody(r)
-	if st != nil {
-		writeStatus(w, st)
-		return
-	}
-	next, meta, st := decodeObject(rq.gv, body, contentType(r))
+	next, meta, st := readObject(r, rq)
 	if st != nil {
 		writeStatus(w, st)
 		return
