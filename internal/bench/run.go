@@ -73,9 +73,10 @@ const (
 )
 
 type runner struct {
-	cfg   Config
-	start time.Time
-	rep   *Report
+	cfg     Config
+	start   time.Time
+	rep     *Report
+	maxHeap float64 // MiB, the most seen after a phase
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -83,10 +84,19 @@ func (r *runner) logf(format string, args ...any) {
 }
 
 // logMem logs the gateway's resident set after a phase.
-func (r *runner) logMem(g *Gateway, phase string) {
-	if peak, now, err := g.Memory(); err == nil {
-		r.logf("gateway memory after %s: RSS %.0f MiB, peak %.0f MiB", phase, now, peak)
+func (r *runner) logMem(ctx context.Context, g *Gateway, phase string) {
+	peak, now, err := g.Memory()
+	if err != nil {
+		return
 	}
+	heap, err := g.Metric(ctx, "go_memstats_heap_inuse_bytes")
+	if err != nil {
+		r.logf("gateway memory after %s: RSS %.0f MiB, peak %.0f MiB", phase, now, peak)
+		return
+	}
+	heap /= 1 << 20
+	r.maxHeap = max(r.maxHeap, heap)
+	r.logf("gateway memory after %s: RSS %.0f MiB, peak %.0f MiB, Go heap in use %.0f MiB", phase, now, peak, heap)
 }
 
 func (r *runner) want(section string) bool { return len(r.cfg.Only) == 0 || r.cfg.Only[section] }
@@ -139,10 +149,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer g.Stop()
 	r.logf("gateway pid %d ready: gRPC %s, HTTP %s", g.Pid(), g.GRPCAddr, g.HTTPURL)
 
-	r.logMem(g, "start")
+	r.logMem(ctx, g, "start")
 	if info != nil {
 		r.queries(ctx, g, info)
-		r.logMem(g, "queries")
+		r.logMem(ctx, g, "queries")
 	}
 	var prof *Profiler
 	if cfg.Profile {
@@ -153,11 +163,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var streamRate float64
 	if r.want("emit") || r.want("latency") {
 		streamRate = r.throughput(ctx, g, base)
-		r.logMem(g, "throughput")
+		r.logMem(ctx, g, "throughput")
 	}
 	if r.want("latency") && streamRate > 0 {
 		r.latency(ctx, g, int(streamRate/2))
-		r.logMem(g, "latency")
+		r.logMem(ctx, g, "latency")
 	}
 	if prof != nil {
 		if _, err := prof.Stop(); err != nil {
@@ -168,13 +178,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if r.want("storm") {
 		r.storm(ctx, g)
-		r.logMem(g, "storm")
+		r.logMem(ctx, g, "storm")
 	}
 	peak, _, err := g.Memory()
 	if err != nil {
 		r.rep.Failed(SecMemory, "gateway peak RSS (VmHWM)", "MiB", nil, err)
 	} else {
 		r.rep.Add(SecMemory, "gateway peak RSS (VmHWM)", "MiB", []float64{peak}, nil, "one gateway process for the whole run, read from /proc/<pid>/status")
+	}
+	if r.maxHeap > 0 {
+		r.rep.Add(SecMemory, "gateway Go heap in use, most after a phase", "MiB", []float64{r.maxHeap}, nil,
+			"go_memstats_heap_inuse_bytes from /metrics after each phase (the rest of the RSS is mostly the chDB engine)")
 	}
 	r.logf("stopping the gateway (peak RSS %.0f MiB)", peak)
 	if err := g.Stop(); err != nil {
