@@ -65,6 +65,16 @@ type Config struct {
 	MaxRequestBytes int `yaml:"maxRequestBytes"`
 	// WatchBuffer bounds the events queued for one watcher before it is ended as too slow.
 	WatchBuffer int `yaml:"watchBuffer"`
+	// GCPercent is the garbage collector's target (GOGC) of the gateway
+	// binary: the heap may grow this many percent over the live heap
+	// between collections. The environment variable GOGC overrides it.
+	GCPercent int `yaml:"gcPercent"`
+	// MemoryLimitMiB is the soft memory limit of the Go heap (GOMEMLIMIT),
+	// under which the collector works harder instead of growing: 0 means a
+	// quarter of the memory available (the cgroup's limit, else the
+	// machine's; the embedded chDB needs its own), -1 none. The environment
+	// variable GOMEMLIMIT overrides it.
+	MemoryLimitMiB int64 `yaml:"memoryLimitMiB"`
 	// ShutdownTimeout bounds a graceful shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdownTimeout"`
 	// LogLevel is debug, info, warn or error.
@@ -107,6 +117,7 @@ func Default() Config {
 		MaxBatch:          1000,
 		MaxRequestBytes:   4 << 20,
 		WatchBuffer:       4096,
+		GCPercent:         200,
 		ShutdownTimeout:   15 * time.Second,
 		LogLevel:          "info",
 		LogFormat:         "text",
@@ -122,6 +133,12 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data-dir is required"))
+	}
+	if c.GCPercent < 1 {
+		errs = append(errs, fmt.Errorf("gc-percent must be at least 1, got %d", c.GCPercent))
+	}
+	if c.MemoryLimitMiB < -1 {
+		errs = append(errs, fmt.Errorf("memory-limit-mib must be -1, 0 or a size, got %d", c.MemoryLimitMiB))
 	}
 	if c.NATS.Stream == "" || strings.ContainsAny(c.NATS.Stream, ".*> \t") {
 		errs = append(errs, fmt.Errorf("stream name %q is not a valid JetStream stream name", c.NATS.Stream))
@@ -234,6 +251,8 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "most events in one Emit call or EmitStream batch")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest request accepted, in bytes")
 	fs.IntVar(&c.WatchBuffer, "watch-buffer", c.WatchBuffer, "events queued per watcher before it is ended as too slow")
+	fs.IntVar(&c.GCPercent, "gc-percent", c.GCPercent, "garbage collector target (GOGC) of the binary; the GOGC variable overrides it")
+	fs.Int64Var(&c.MemoryLimitMiB, "memory-limit-mib", c.MemoryLimitMiB, "soft Go memory limit in MiB (GOMEMLIMIT); 0: a quarter of the memory available, -1: none; the GOMEMLIMIT variable overrides it")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on graceful shutdown")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/binary"
+	"log/slog"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -96,6 +97,8 @@ func BenchmarkWatchFanout(b *testing.B) {
 			c.Series = false
 		}
 	})
+	// The collector as the binary sets it (Run calls TuneRuntime).
+	TuneRuntime(tg.cfg, slog.New(slog.DiscardHandler))
 	payload := make([]byte, 600)
 
 	// Baseline: plain NATS subscriptions on the gateway's own embedded server.

@@ -394,6 +394,7 @@ func (g *Gateway) watchHealth(ctx context.Context) {
 // Run opens the configured listeners and serves until ctx ends. Without
 // authentication it listens on loopback only, and refuses any other address.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	TuneRuntime(cfg, log)
 	grpcAddr, err := BindAddr(cfg.GRPCAddr, cfg.Auth.Enabled())
 	if err != nil {
 		return fmt.Errorf("grpc-addr: %w", err)

@@ -197,7 +197,7 @@ type entry struct {
 	uid       string
 	ev        *eventgatev1.Event // first occurrence, as passed to Observe; never modified; nil while raw holds it
 	raw       []byte             // a singleton's first occurrence, encoded (see ObserveEncoded)
-	note      string             // latest occurrence's note
+	note      string             // latest occurrence's note (a singleton held in raw: none)
 	kind      kind
 	count     int32
 	last      int64    // log time of the latest occurrence
@@ -314,16 +314,17 @@ func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, po
 	for len(a.entries) >= a.cfg.MaxActive {
 		ws = a.evict(t, ws)
 	}
-	e = &entry{key: string(a.buf), uid: ev.GetUid(), note: ev.GetNote(), kind: singleton, count: 1, last: t, idx: -1, pos: pos}
+	e = &entry{key: string(a.buf), uid: ev.GetUid(), kind: singleton, count: 1, last: t, idx: -1, pos: pos}
 	e.addMinute(t)
 	a.entries[e.key] = e
 	a.singles.pushBack(e)
 	if raw != nil && ev.Series == nil {
-		// The occurrence is the write, as it is.
+		// The occurrence is the write, as it is. Its note is in raw: a
+		// series takes the next occurrence's anyway.
 		e.raw = raw
 		ws = append(ws, a.emit(e, ReasonCreated, t, ev, raw))
 	} else {
-		e.ev = ev
+		e.ev, e.note = ev, ev.GetNote()
 		ws = append(ws, a.write(e, ReasonCreated, t))
 	}
 	return Decision{Outcome: Created, UID: ev.GetUid(), Writes: ws}

@@ -1,0 +1,57 @@
+package gateway
+
+import (
+	"log/slog"
+	"math"
+	"os"
+	"runtime/debug"
+	"testing"
+
+	"github.com/eventgate/eventgate/internal/config"
+)
+
+// TestTuneRuntime: the binary's collector target and memory limit come from
+// the configuration (a quarter of the memory available by default) unless GOGC or
+// GOMEMLIMIT set them.
+func TestTuneRuntime(t *testing.T) {
+	for _, v := range []string{"GOGC", "GOMEMLIMIT"} {
+		if old, set := os.LookupEnv(v); set {
+			os.Unsetenv(v)
+			t.Cleanup(func() { os.Setenv(v, old) })
+		}
+	}
+	prevGC := debug.SetGCPercent(100)
+	prevLimit := debug.SetMemoryLimit(math.MaxInt64)
+	t.Cleanup(func() { debug.SetGCPercent(prevGC); debug.SetMemoryLimit(prevLimit) })
+	log := slog.New(slog.DiscardHandler)
+
+	cfg := config.Default()
+	TuneRuntime(cfg, log)
+	if got := debug.SetGCPercent(100); got != cfg.GCPercent {
+		t.Errorf("GOGC %d, want %d", got, cfg.GCPercent)
+	}
+	if avail := availableMemory(); avail <= 0 {
+		t.Errorf("available memory %d", avail)
+	} else if got := debug.SetMemoryLimit(math.MaxInt64); got != avail/4 {
+		t.Errorf("memory limit %d, want a quarter of %d", got, avail)
+	}
+
+	cfg.GCPercent, cfg.MemoryLimitMiB = 250, 512
+	TuneRuntime(cfg, log)
+	if got := debug.SetGCPercent(100); got != 250 {
+		t.Errorf("GOGC %d, want 250", got)
+	}
+	if got := debug.SetMemoryLimit(math.MaxInt64); got != 512<<20 {
+		t.Errorf("memory limit %d, want 512 MiB", got)
+	}
+
+	t.Setenv("GOGC", "100")
+	cfg.MemoryLimitMiB = -1
+	TuneRuntime(cfg, log)
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC %d with GOGC=100 in the environment", got)
+	}
+	if got := debug.SetMemoryLimit(math.MaxInt64); got != math.MaxInt64 {
+		t.Errorf("memory limit %d with -1, want none", got)
+	}
+}
