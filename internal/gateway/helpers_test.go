@@ -48,6 +48,14 @@ func startGatewayIn(t testing.TB, dataDir string) *testGateway {
 
 func startGatewayWith(t testing.TB, dataDir string, mutate func(*config.Config), opts ...Option) *testGateway {
 	t.Helper()
+	return startGatewayOn(t, dataDir, "127.0.0.1:0", mutate, opts...)
+}
+
+// startGatewayOn is startGatewayWith with the HTTP listener on httpAddr: a
+// fixed address lets clients survive a restart on it (it is retried for a
+// while, as the previous gateway on it may still be closing).
+func startGatewayOn(t testing.TB, dataDir, httpAddr string, mutate func(*config.Config), opts ...Option) *testGateway {
+	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = dataDir
 	cfg.ShutdownTimeout = 5 * time.Second
@@ -71,7 +79,13 @@ func startGatewayWith(t testing.TB, dataDir string, mutate func(*config.Config),
 	if err != nil {
 		t.Fatal(err)
 	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	var hl net.Listener
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if hl, err = net.Listen("tcp", httpAddr); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

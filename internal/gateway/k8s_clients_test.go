@@ -10,8 +10,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -26,8 +24,6 @@ import (
 	"unsafe"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -190,51 +186,9 @@ func TestK8sRecorderSeries(t *testing.T) {
 // httpAddr, so that clients survive a restart on the same address.
 func startGatewayAt(t *testing.T, dataDir, httpAddr string) *testGateway {
 	t.Helper()
-	cfg := config.Default()
-	cfg.DataDir = dataDir
-	cfg.ShutdownTimeout = 5 * time.Second
-	cfg.ClickHouse.DataDir = chDir
-	cfg.ClickHouse.Database = databaseFor(dataDir)
-	cfg.ClickHouse.BatchWait = 20 * time.Millisecond
-	cfg.K8s.BookmarkInterval = time.Second
-	ctx, cancel := context.WithCancel(context.Background())
-	g, err := New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var hl net.Listener
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if hl, err = net.Listen("tcp", httpAddr); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, gl, hl) }()
-	conn, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			conn.Close()
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return &testGateway{Gateway: g, grpcAddr: gl.Addr().String(), httpURL: "http://" + hl.Addr().String(), client: eventgatev1.NewEventServiceClient(conn), conn: conn, stop: stop}
+	tg := startGatewayOn(t, dataDir, httpAddr, func(c *config.Config) { c.K8s.BookmarkInterval = time.Second })
+	t.Cleanup(tg.stop)
+	return tg
 }
 
 // tapped records what a ListerWatcher hands the informer.
