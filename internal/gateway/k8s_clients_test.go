@@ -215,7 +215,13 @@ func TestK8sInformerAcrossRestart(t *testing.T) {
 	addr := freeAddr(t)
 	tg := startGatewayAt(t, dir, addr)
 	cs := k8sClient(t, tg.httpURL, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	// EVENTGATE_INFORMER_SECONDS=180 runs the informer that long, creating
+	// events all along, across the restart halfway.
+	var soak time.Duration
+	if n, err := strconv.Atoi(os.Getenv("EVENTGATE_INFORMER_SECONDS")); err == nil && n > 0 {
+		soak = time.Duration(n) * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second+soak)
 	defer cancel()
 
 	create := func(i int) string {
@@ -309,16 +315,28 @@ func TestK8sInformerAcrossRestart(t *testing.T) {
 	want = append(want, more...)
 	want = append(want, updKey)
 
+	next := 5
+	keepCreating := func(d time.Duration) {
+		for until := time.Now().Add(d); time.Now().Before(until); next++ {
+			k := create(next)
+			await([]string{k})
+			want = append(want, k)
+		}
+	}
+	keepCreating(soak / 2)
+
 	// Restart on the same data directory and address.
 	tg.stop()
 	tg = startGatewayAt(t, dir, addr)
-	after := []string{create(5), create(6)}
+	after := []string{create(next), create(next + 1)}
+	next += 2
 	await(after)
 	want = append(want, after...)
+	keepCreating(soak / 2)
 
 	// Nothing else arrives: wait for a bookmark-driven quiet period of a
 	// last marker event, then compare.
-	marker := create(7)
+	marker := create(next)
 	await([]string{marker})
 	want = append(want, marker)
 	for _, k := range want {
