@@ -1,7 +1,6 @@
 package intake
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -502,7 +501,7 @@ func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error 
 	}
 	// The aggregator keeps a singleton encoded, and a Created write is the
 	// entry's own bytes: no copy of the event, no second encoding.
-	d := pt.agg.ObserveEncoded(ev, bytes.Clone(msg.Data()), at, seq)
+	d := pt.agg.ObserveEncoded(ev, msg.Data(), at, seq)
 	own := -1
 	if n := len(d.Writes); n > 0 && (d.Outcome == series.Created || d.Outcome == series.SeriesStarted) {
 		own = n - 1 // the occurrence's own write comes last

@@ -1,6 +1,7 @@
 package series
 
 import (
+	"bytes"
 	"container/heap"
 	"fmt"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -258,10 +260,10 @@ func (a *Aggregator) Observe(ev *eventgatev1.Event, at time.Time, pos uint64) De
 }
 
 // ObserveEncoded is Observe of ev whose deterministic protobuf encoding is
-// raw (as the durable log holds it). The aggregator keeps raw, not ev, for
-// a singleton (far lighter for the garbage collector, and written as it is
-// in checkpoints), and a Created write carries ev itself with Raw = raw: the
-// caller must modify neither afterwards.
+// raw (as the durable log holds it). For a singleton the aggregator keeps a
+// copy of raw, not ev (far lighter for the garbage collector, and written
+// as it is in checkpoints), and a Created write carries ev itself with Raw
+// = raw: the caller must modify neither until it has published the write.
 func (a *Aggregator) ObserveEncoded(ev *eventgatev1.Event, raw []byte, at time.Time, pos uint64) Decision {
 	return a.observe(ev, raw, at, pos)
 }
@@ -314,20 +316,23 @@ func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, po
 	for len(a.entries) >= a.cfg.MaxActive {
 		ws = a.evict(t, ws)
 	}
-	e = &entry{key: string(a.buf), uid: ev.GetUid(), kind: singleton, count: 1, last: t, idx: -1, pos: pos}
-	e.addMinute(t)
-	a.entries[e.key] = e
-	a.singles.pushBack(e)
+	e = &entry{kind: singleton, count: 1, last: t, idx: -1, pos: pos}
+	var w Write
 	if raw != nil && ev.Series == nil {
 		// The occurrence is the write, as it is. Its note is in raw: a
 		// series takes the next occurrence's anyway.
-		e.raw = raw
-		ws = append(ws, a.emit(e, ReasonCreated, t, ev, raw))
+		e.keep(a.buf, raw, ev.GetUid())
+		w = a.emit(e, ReasonCreated, t, ev, raw)
 	} else {
-		e.ev, e.note = ev, ev.GetNote()
-		ws = append(ws, a.write(e, ReasonCreated, t))
+		e.key, e.uid, e.ev, e.note = string(a.buf), ev.GetUid(), ev, ev.GetNote()
+		w = a.write(e, ReasonCreated, t)
 	}
-	return Decision{Outcome: Created, UID: ev.GetUid(), Writes: ws}
+	// Its one occurrence: a singleton keeps no pending minutes.
+	w.Minutes = []MinuteCount{{Start: time.Unix(minuteOf(t)*60, 0).UTC(), Count: 1}}
+	ws = append(ws, w)
+	a.entries[e.key] = e
+	a.singles.pushBack(e)
+	return Decision{Outcome: Created, UID: e.uid, Writes: ws}
 }
 
 // Tick advances the log clock to at, the log timestamp of a tick entry at
@@ -448,11 +453,17 @@ func (e *entry) fold(ev *eventgatev1.Event, t int64) {
 	e.addMinute(t)
 }
 
-func (e *entry) addMinute(t int64) {
+// minuteOf is the unix minute of log time t.
+func minuteOf(t int64) int64 {
 	m := t / int64(time.Minute)
 	if t < 0 && t%int64(time.Minute) != 0 {
 		m-- // floor
 	}
+	return m
+}
+
+func (e *entry) addMinute(t int64) {
+	m := minuteOf(t)
 	if n := len(e.pending); n > 0 && e.pending[n-1].m == m {
 		e.pending[n-1].n++
 		return
@@ -498,6 +509,25 @@ func (a *Aggregator) emit(e *entry, r Reason, t int64, ev *eventgatev1.Event, ra
 		a.reschedule(e)
 	}
 	return w
+}
+
+// keep makes singleton e hold its key and its first occurrence's encoding
+// raw (of uid) in one allocation without pointers, which the collector
+// need not scan: key and uid are read-only views of it. A tracked singleton
+// then costs two objects (this and the entry), not five: with hundreds of
+// thousands tracked, marking them was the collector's main work.
+func (e *entry) keep(key, raw []byte, uid string) {
+	b := make([]byte, len(key)+len(raw))
+	copy(b, key)
+	copy(b[len(key):], raw)
+	e.key = unsafe.String(unsafe.SliceData(b), len(key))
+	e.raw = b[len(key):len(b):len(b)]
+	e.uid = uid
+	// The uid's bytes are in the encoding (a protobuf string field is its
+	// bytes as they are).
+	if i := bytes.Index(e.raw, []byte(uid)); i >= 0 && uid != "" {
+		e.uid = unsafe.String(&e.raw[i], len(uid))
+	}
 }
 
 // first returns e's first occurrence, decoding it if e holds it encoded

@@ -1,7 +1,6 @@
 package series
 
 import (
-	"bytes"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -238,14 +237,12 @@ func (a *Aggregator) decodeEntry(b []byte) (*entry, error) {
 	if ev.GetUid() == "" {
 		return nil, errors.New("event without uid")
 	}
-	e.uid = ev.GetUid()
-	e.key = string(appendKey(nil, ev))
 	if e.kind == singleton && ev.Series == nil {
 		// Kept encoded, as Observe keeps a singleton.
-		e.raw = bytes.Clone(evb)
+		e.keep(appendKey(nil, ev), evb, ev.GetUid())
 	} else {
 		ev.Series = nil
-		e.ev = ev
+		e.key, e.uid, e.ev = string(appendKey(nil, ev)), ev.GetUid(), ev
 	}
 	switch {
 	case e.kind == singleton && count != 1:
