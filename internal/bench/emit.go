@@ -181,26 +181,10 @@ func streamFor(ctx context.Context, g *Gateway, w *Workload, d time.Duration, re
 		return notBuilt(err)
 	}
 	slots := make(chan struct{}, StreamInFlight)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			r, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				recvErr <- nil
-				return
-			}
-			if err != nil {
-				recvErr <- notBuilt(err)
-				return
-			}
-			if r.Error != nil {
-				recvErr <- fmt.Errorf("batch %s refused: %s", r.BatchId, r.Error.String())
-				return
-			}
-			res.add(r.Results)
-			<-slots
-		}
-	}()
+	recvErr := receiveAcks(stream, notBuilt, func(r *eventgatev1.EmitStreamResponse) {
+		res.add(r.Results)
+		<-slots
+	})
 	rng := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
 	end := time.Now().Add(d)
 	for i := 0; time.Now().Before(end); i++ {
@@ -252,4 +236,31 @@ func emitREST(ctx context.Context, client *http.Client, base string, evs []*even
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	return out.Results, nil
+}
+
+// receiveAcks reads an EmitStream's acknowledgements in a goroutine of its
+// own, calling ack with each, until the stream ends: the channel then gets
+// nil (the server closed it), the receive error passed through wrap, or the
+// first batch refused.
+func receiveAcks(stream eventgatev1.EventService_EmitStreamClient, wrap func(error) error, ack func(*eventgatev1.EmitStreamResponse)) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				done <- nil
+				return
+			}
+			if err != nil {
+				done <- wrap(err)
+				return
+			}
+			if r.Error != nil {
+				done <- fmt.Errorf("batch %s refused: %s", r.BatchId, r.Error.String())
+				return
+			}
+			ack(r)
+		}
+	}()
+	return done
 }

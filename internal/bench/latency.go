@@ -144,34 +144,18 @@ func RunLatency(ctx context.Context, g *Gateway, ws *Watchers, w *Workload, rate
 	var inflight []time.Time // send times, acks come in order
 	var pending []sent       // acknowledged batches not yet seen queryable
 	var res results
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			r, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				recvErr <- nil
-				return
-			}
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			if r.Error != nil {
-				recvErr <- fmt.Errorf("batch %s refused: %s", r.BatchId, r.Error.String())
-				return
-			}
-			now := time.Now()
-			res.add(r.Results)
-			mu.Lock()
-			at := inflight[0]
-			inflight = inflight[1:]
-			out.StreamAck = append(out.StreamAck, float64(now.Sub(at))/float64(time.Millisecond))
-			if rv := maxRV(r.Results); rv > 0 {
-				pending = append(pending, sent{at: at, rv: rv})
-			}
-			mu.Unlock()
+	recvErr := receiveAcks(stream, func(err error) error { return err }, func(r *eventgatev1.EmitStreamResponse) {
+		now := time.Now()
+		res.add(r.Results)
+		mu.Lock()
+		at := inflight[0]
+		inflight = inflight[1:]
+		out.StreamAck = append(out.StreamAck, float64(now.Sub(at))/float64(time.Millisecond))
+		if rv := maxRV(r.Results); rv > 0 {
+			pending = append(pending, sent{at: at, rv: rv})
 		}
-	}()
+		mu.Unlock()
+	})
 	// Queryable: poll the floor; every pending batch at or below it is
 	// queryable now.
 	pollDone := make(chan error, 1)

@@ -2,9 +2,7 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -40,26 +38,10 @@ func RunStorm(ctx context.Context, g *Gateway, tenant string, series, occurrence
 	}
 	var res results
 	slots := make(chan struct{}, StreamInFlight)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			r, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				recvErr <- nil
-				return
-			}
-			if err != nil {
-				recvErr <- notBuilt(err)
-				return
-			}
-			if r.Error != nil {
-				recvErr <- fmt.Errorf("batch %s refused: %s", r.BatchId, r.Error.String())
-				return
-			}
-			res.add(r.Results)
-			<-slots
-		}
-	}()
+	recvErr := receiveAcks(stream, notBuilt, func(r *eventgatev1.EmitStreamResponse) {
+		res.add(r.Results)
+		<-slots
+	})
 	t := &eventgatev1.Tenant{Type: "project", Name: tenant}
 	start := time.Now()
 	for i := 0; i < occurrences; i++ {
