@@ -39,12 +39,12 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/event"
 )
 
 // CombinedPrefix starts the note of an aggregate event, as in client-go.
@@ -197,20 +197,9 @@ func (c *Correlator) combinedNote(note string) string {
 		if room < 0 {
 			room = 0
 		}
-		note = truncateUTF8(note, room)
+		note = event.TruncateUTF8(note, room)
 	}
 	return CombinedPrefix + note
-}
-
-// truncateUTF8 cuts s to at most n bytes without splitting a rune.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // Key is the group of ev: its tenant, source (reportingController and

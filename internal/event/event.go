@@ -360,3 +360,14 @@ func Unmarshal(b []byte) (*eventgatev1.Event, error) {
 	}
 	return ev, nil
 }
+
+// TruncateUTF8 cuts s to at most n bytes without splitting a rune.
+func TruncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

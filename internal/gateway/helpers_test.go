@@ -199,23 +199,8 @@ func recvN(t testing.TB, s grpc.ServerStreamingClient[eventgatev1.StreamWatchRes
 // token ("" for none) and returns the status code.
 func restStatus(t testing.TB, method, url, token, body string) int {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	code, _ := k8sRaw(t, method, url, token, "", body)
+	return code
 }
 
 // sortedKeys returns the keys of m in order.

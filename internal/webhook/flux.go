@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -282,7 +281,7 @@ func (h *handler) flux(w http.ResponseWriter, r *http.Request) {
 	}
 	if max := h.opts.MaxNoteBytes; max > 0 && len(ev.Note) > max {
 		ev.Annotations[NoteTruncatedAnnotation] = strconv.Itoa(len(ev.Note))
-		ev.Note = truncateUTF8(ev.Note, max)
+		ev.Note = event.TruncateUTF8(ev.Note, max)
 	}
 
 	ctx, err := h.outgoing(r, FluxPath)
@@ -330,7 +329,7 @@ func conflictEvent(ev *eventgatev1.Event, conflicts []Conflict, maxNote int) *ev
 	}
 	note := conflictMessage + ": " + strings.Join(parts, "; ")
 	if maxNote > 0 {
-		note = truncateUTF8(note, maxNote)
+		note = event.TruncateUTF8(note, maxNote)
 	}
 	return &eventgatev1.Event{
 		Uid:                 uuid.NewSHA1(fluxUIDNamespace, []byte(ev.GetUid()+"/"+ConflictReason)).String(),
@@ -377,15 +376,4 @@ func statusOf(e *eventgatev1.EmitError) *status.Status {
 		st = d
 	}
 	return st
-}
-
-// truncateUTF8 cuts s to at most n bytes without splitting a rune.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
