@@ -287,8 +287,7 @@ func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, po
 	case e.kind == singleton:
 		// Still tracked, so within Window: expired singletons were just
 		// forgotten by runDue. It joins the timers.
-		a.singles.remove(e)
-		a.unsegment(e)
+		a.dropSingle(e)
 		a.series.pushBack(e)
 		e.kind = ongoing
 		e.count = 2
@@ -574,8 +573,7 @@ func (a *Aggregator) forget(e *entry) {
 		heap.Remove(&a.timers, e.idx)
 	}
 	if e.kind == singleton {
-		a.singles.remove(e)
-		a.unsegment(e)
+		a.dropSingle(e)
 	} else {
 		a.series.remove(e)
 	}

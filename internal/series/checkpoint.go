@@ -137,12 +137,18 @@ func (a *Aggregator) Checkpoint() (Checkpoint, error) {
 	return cp, nil
 }
 
-// unsegment notes that singleton e leaves the tracked singletons.
-func (a *Aggregator) unsegment(e *entry) {
+// dropSingle stops tracking singleton e as one. Only a singleton that
+// leaves out of log order (not the oldest: it started a series) is noted in
+// removed; the oldest ones leave below the next checkpoint's floor.
+func (a *Aggregator) dropSingle(e *entry) {
+	oldest := a.singles.head == e
+	a.singles.remove(e)
 	if e.seg == 0 {
 		return
 	}
-	a.removed = append(a.removed, e.pos)
+	if !oldest {
+		a.removed = append(a.removed, e.pos)
+	}
 	if a.segLive[e.seg]--; a.segLive[e.seg] <= 0 {
 		delete(a.segLive, e.seg)
 	}
