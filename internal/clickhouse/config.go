@@ -42,6 +42,12 @@ type Config struct {
 	// once it holds BatchSize events, or after BatchWait with what it has.
 	BatchSize int           `yaml:"batchSize"`
 	BatchWait time.Duration `yaml:"batchWait"`
+	// IngestNice is the Linux nice value (0..19; 0 = off, default 10 in
+	// DefaultConfig) of the thread on which the ingest consumer builds and
+	// encodes its batches for the embedded engine, so that the serving path
+	// gets the CPU first when it is saturated. Ignored with a DSN: the
+	// server does the work there.
+	IngestNice int `yaml:"ingestNice"`
 }
 
 // Defaults. The batch size was measured on the embedded engine
@@ -51,20 +57,22 @@ type Config struct {
 // from ~5k rows. BatchWait bounds the latency at low rates: an emitted event
 // is queryable ~180 ms later, p99 205 ms (BenchmarkIngestVisibility).
 const (
-	DefaultDatabase  = "eventgate"
-	DefaultTTL       = 90 * 24 * time.Hour
-	DefaultBatchSize = 5000
-	DefaultBatchWait = 200 * time.Millisecond
+	DefaultDatabase   = "eventgate"
+	DefaultTTL        = 90 * 24 * time.Hour
+	DefaultBatchSize  = 5000
+	DefaultBatchWait  = 200 * time.Millisecond
+	DefaultIngestNice = 10
 )
 
 // DefaultConfig returns the defaults: embedded engine, database eventgate,
 // 90 days.
 func DefaultConfig() Config {
 	return Config{
-		Database:  DefaultDatabase,
-		TTL:       DefaultTTL,
-		BatchSize: DefaultBatchSize,
-		BatchWait: DefaultBatchWait,
+		Database:   DefaultDatabase,
+		TTL:        DefaultTTL,
+		BatchSize:  DefaultBatchSize,
+		BatchWait:  DefaultBatchWait,
+		IngestNice: DefaultIngestNice,
 	}
 }
 
@@ -107,6 +115,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize > 1_000_000 {
 		errs = append(errs, fmt.Errorf("clickhouse batch size must be at most 1000000, got %d", c.BatchSize))
+	}
+	if c.IngestNice < 0 || c.IngestNice > 19 {
+		errs = append(errs, fmt.Errorf("clickhouse ingest nice value must be between 0 (off) and 19, got %d", c.IngestNice))
 	}
 	return errors.Join(errs...)
 }

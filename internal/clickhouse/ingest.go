@@ -132,6 +132,10 @@ type Ingester struct {
 	log    *slog.Logger
 	m      *IngestMetrics
 
+	// encoder, when not nil, is the low-priority thread that builds and
+	// encodes batches (Config.IngestNice).
+	encoder *niceThread
+
 	// alive is when the inserter last showed progress (an insert attempt
 	// ended); the fetcher keeps a waiting batch only while it is recent.
 	alive atomic.Int64
@@ -162,10 +166,19 @@ func StartIngest(ctx context.Context, js jetstream.JetStream, stream string, sto
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
 	}
+	var encoder *niceThread
+	// Only for the embedded engine: with a server, encoding is the small
+	// part of an insert and the server's work is not in this process.
+	if n := store.cfg.IngestNice; n > 0 && store.t.kind() == "chdb" {
+		if encoder, err = startNiceThread(n); err != nil {
+			return nil, fmt.Errorf("clickhouse ingest: %w", err)
+		}
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	in := &Ingester{
 		js: js, stream: stream, cons: cons, store: store, cfg: cfg, log: log.With("consumer", cfg.Durable),
 		m: newIngestMetrics(reg), stop: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
+		encoder: encoder,
 	}
 	// The caller's context ending aborts ingest (Stop is the graceful way).
 	stopWatch := context.AfterFunc(ctx, cancel)
@@ -184,7 +197,12 @@ func StartIngest(ctx context.Context, js jetstream.JetStream, stream string, sto
 		cancel()
 		close(in.done)
 	}()
-	in.log.Info("clickhouse ingest started", "stream", stream, "batch_size", cfg.BatchSize, "batch_wait", cfg.BatchWait)
+	nice := 0
+	if encoder != nil {
+		nice = encoder.nice
+	}
+	in.log.Info("clickhouse ingest started", "stream", stream, "batch_size", cfg.BatchSize, "batch_wait", cfg.BatchWait,
+		"encoder_nice", nice)
 	return in, nil
 }
 
@@ -226,6 +244,9 @@ type batch struct {
 // run is a two-stage pipeline: fetchLoop fetches and decodes batch N+1
 // while this goroutine inserts and acknowledges batch N.
 func (in *Ingester) run(ctx context.Context) {
+	if in.encoder != nil {
+		defer in.encoder.stop()
+	}
 	batches := make(chan *batch)
 	go in.fetchLoop(ctx, batches)
 	for b := range batches {
@@ -374,7 +395,7 @@ func (in *Ingester) insert(ctx context.Context, rows []Row, msgs []jetstream.Msg
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		actx, cancel := context.WithTimeout(ctx, in.cfg.InsertTimeout)
-		err := in.store.Insert(actx, rows)
+		err := in.store.insert(actx, rows, in.encoder)
 		cancel()
 		in.alive.Store(time.Now().UnixNano())
 		if err == nil {

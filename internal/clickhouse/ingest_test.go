@@ -247,20 +247,20 @@ type flakyTransport struct {
 
 var errDown = errors.New("clickhouse is down (test)")
 
-func (f *flakyTransport) insert(ctx context.Context, db, table string, cols []column, rows [][]any) error {
+func (f *flakyTransport) insert(ctx context.Context, db, table string, b *eventBatch) error {
 	f.inserts.Add(1)
 	if f.down.Load() {
 		return errDown
 	}
 	if f.failN.Add(-1) >= 0 {
 		if f.commit.Load() {
-			if err := f.transport.insert(ctx, db, table, cols, rows); err != nil {
+			if err := f.transport.insert(ctx, db, table, b); err != nil {
 				return err
 			}
 		}
 		return errDown
 	}
-	return f.transport.insert(ctx, db, table, cols, rows)
+	return f.transport.insert(ctx, db, table, b)
 }
 
 func TestIngestSurvivesClickHouseOutage(t *testing.T) {
@@ -332,8 +332,8 @@ type blockingTransport struct {
 	once    sync.Once
 }
 
-func (b *blockingTransport) insert(ctx context.Context, db, table string, cols []column, rows [][]any) error {
-	if err := b.transport.insert(ctx, db, table, cols, rows); err != nil {
+func (b *blockingTransport) insert(ctx context.Context, db, table string, eb *eventBatch) error {
+	if err := b.transport.insert(ctx, db, table, eb); err != nil {
 		return err
 	}
 	if b.armed.Load() {

@@ -64,6 +64,15 @@ var eventColumns = []column{
 	{"minute_counts", "Array(UInt32)", ""},
 }
 
+// eventColumnNames are the names of eventColumns.
+var eventColumnNames = func() []string {
+	names := make([]string, len(eventColumns))
+	for i, c := range eventColumns {
+		names[i] = c.name
+	}
+	return names
+}()
+
 // sortKey orders the table. The tenant comes first (every query is scoped
 // to tenants), then the regarding object and time, so "the newest events of
 // one object" is a contiguous, time-ordered range read in order, and a time

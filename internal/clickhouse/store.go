@@ -200,24 +200,36 @@ var zeroTime = time.Unix(0, 0).UTC()
 // Insert stores rows as one INSERT. Inserting a version again (same uid and
 // seq, e.g. after a redelivery) is harmless: queries return each uid once.
 func (s *Store) Insert(ctx context.Context, rows []Row) error {
+	return s.insert(ctx, rows, nil)
+}
+
+// insert is Insert with the batch's client-side work (building and
+// encoding it) run on th when th is not nil.
+func (s *Store) insert(ctx context.Context, rows []Row, th *niceThread) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	data := make([][]any, len(rows))
-	for i, r := range rows {
-		v, err := s.rowValues(r)
-		if err != nil {
-			return fmt.Errorf("clickhouse: insert: row seq %d: %w", r.Seq, err)
-		}
-		data[i] = v
+	b := &eventBatch{rows: rows, ttls: s.ttls}
+	defer b.release()
+	var err error
+	if th != nil {
+		err = th.do(ctx, func() error { return s.t.encode(b) })
+	} else {
+		err = s.t.encode(b)
 	}
-	if err := s.t.insert(ctx, s.cfg.Database, s.eventsTable, eventColumns, data); err != nil {
+	if err != nil {
+		return fmt.Errorf("clickhouse: insert: %w", err)
+	}
+	if err := s.t.insert(ctx, s.cfg.Database, s.eventsTable, b); err != nil {
 		return fmt.Errorf("clickhouse: insert %d rows: %w", len(rows), err)
 	}
 	return nil
 }
 
-func (s *Store) rowValues(r Row) ([]any, error) {
+// rowValues are the values of one row in eventColumns order, in the
+// columns' Go types (for clickhouse-go; eventBlock.appendRow is the same for
+// the embedded engine).
+func rowValues(r Row, ttls *ttlTable) ([]any, error) {
 	ev := r.Event
 	if ev == nil {
 		return nil, errors.New("no event")
@@ -277,7 +289,7 @@ func (s *Store) rowValues(r Row) ([]any, error) {
 		ev.GetSeries().GetState(),
 		r.Subject,
 		storedAt,
-		s.ttls.lookup(tt, tn),
+		ttls.lookup(tt, tn),
 		string(raw),
 		r.WriteReason,
 	}

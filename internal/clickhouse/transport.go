@@ -9,11 +9,8 @@ import (
 	"strings"
 	"time"
 
-	chproto "github.com/ClickHouse/ch-go/proto"
 	clickhousego "github.com/ClickHouse/clickhouse-go/v2"
-	chcolumn "github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 
 	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
 )
@@ -30,9 +27,12 @@ type transport interface {
 	// query runs a SELECT; rows are scanned into *uint64, *int64 or *string
 	// (the SQL casts its result columns to UInt64, Int64 or String).
 	query(ctx context.Context, sql string, params map[string]string) (rows, error)
-	// insert appends rows (values in the columns' Go types) to db.table
-	// (validated, unquoted identifiers) as one INSERT.
-	insert(ctx context.Context, db, table string, cols []column, rows [][]any) error
+	// encode does a batch's client-side work: it builds and encodes the
+	// rows in the form insert sends (CPU only, no I/O).
+	encode(b *eventBatch) error
+	// insert appends an encoded batch to db.table (validated, unquoted
+	// identifiers; a table with eventColumns) as one INSERT.
+	insert(ctx context.Context, db, table string, b *eventBatch) error
 	ping(ctx context.Context) error
 	close() error
 }
@@ -92,28 +92,17 @@ func (t *chdbTransport) query(ctx context.Context, sql string, params map[string
 	return &rowBinary{b: b}, nil
 }
 
-// insert encodes the rows as one Native block (with clickhouse-go's column
-// codecs, protocol revision 0 as for HTTP) and inserts it binary-safely
-// through a file (chdb.Engine.InsertFile).
-func (t *chdbTransport) insert(ctx context.Context, db, table string, cols []column, data [][]any) error {
-	block := proto.NewBlock()
-	names := make([]string, len(cols))
-	for i, c := range cols {
-		names[i] = c.name
-		if err := block.AddColumn(c.name, chcolumn.Type(c.typ)); err != nil {
-			return fmt.Errorf("native block: %w", err)
-		}
+// encode builds the batch as one Native block, column by column with
+// ch-go's typed columns (eventBlock).
+func (t *chdbTransport) encode(b *eventBatch) error { return b.encodeNative() }
+
+// insert inserts the Native block binary-safely through a file
+// (chdb.Engine.InsertFile).
+func (t *chdbTransport) insert(ctx context.Context, db, table string, b *eventBatch) error {
+	if b.native == nil {
+		return errors.New("clickhouse: batch not encoded")
 	}
-	for _, r := range data {
-		if err := block.Append(r...); err != nil {
-			return fmt.Errorf("native block: %w", err)
-		}
-	}
-	var buf chproto.Buffer
-	if err := block.Encode(&buf, 0); err != nil {
-		return fmt.Errorf("native block: %w", err)
-	}
-	return t.e.InsertFile(ctx, db+"."+table, names, "Native", buf.Buf)
+	return t.e.InsertFile(ctx, db+"."+table, eventColumnNames, "Native", b.native)
 }
 
 func (t *chdbTransport) ping(ctx context.Context) error {
@@ -250,16 +239,23 @@ func (t *goTransport) query(ctx context.Context, sql string, params map[string]s
 	return t.conn.Query(withParams(ctx, params), sql)
 }
 
-func (t *goTransport) insert(ctx context.Context, db, table string, cols []column, data [][]any) error {
-	names := make([]string, len(cols))
-	for i, c := range cols {
+// encode gives each row its values in the columns' Go types: the
+// driver's batch API takes rows of values.
+func (t *goTransport) encode(b *eventBatch) error { return b.encodeValues() }
+
+func (t *goTransport) insert(ctx context.Context, db, table string, eb *eventBatch) error {
+	if eb.values == nil {
+		return errors.New("clickhouse: batch not encoded")
+	}
+	names := make([]string, len(eventColumns))
+	for i, c := range eventColumns {
 		names[i] = quoteIdent(c.name)
 	}
 	b, err := t.conn.PrepareBatch(ctx, "INSERT INTO "+quoteIdent(db)+"."+quoteIdent(table)+" ("+strings.Join(names, ", ")+")")
 	if err != nil {
 		return err
 	}
-	for _, r := range data {
+	for _, r := range eb.values {
 		if err := b.Append(r...); err != nil {
 			b.Abort()
 			return err

@@ -1,0 +1,293 @@
+package clickhouse
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	chproto "github.com/ClickHouse/ch-go/proto"
+
+	"github.com/eventgate/eventgate/internal/event"
+)
+
+// eventBatch is one INSERT into the events table. A transport's encode does
+// the client-side work (building and encoding the rows in its wire form)
+// and insert sends the result; the Ingester runs encode on its
+// low-priority thread (see niceThread).
+type eventBatch struct {
+	rows []Row
+	ttls *ttlTable
+	// native is the chDB transport's encoding: a Native block, held in
+	// block's buffer.
+	native []byte
+	block  *eventBlock
+	// values is the clickhouse-go transport's encoding: one value per
+	// column per row (rowValues).
+	values [][]any
+}
+
+// release returns the batch's block to the pool.
+func (b *eventBatch) release() {
+	if b.block != nil {
+		eventBlocks.Put(b.block)
+		b.block, b.native = nil, nil
+	}
+}
+
+// eventBlock builds a Native block of the events table column by column
+// with ch-go's typed columns: no per-value interface boxing, and the
+// columns' memory is reused from one batch to the next (eventBlocks).
+// Its columns follow eventColumns; TestEventBlockMatchesColumns checks
+// that they cannot drift apart.
+type eventBlock struct {
+	tenantType, tenantName                    *chproto.ColLowCardinality[string]
+	regardingKind, regardingNamespace         *chproto.ColLowCardinality[string]
+	regardingName                             chproto.ColStr
+	eventTime                                 chproto.ColDateTime64
+	uid                                       chproto.ColStr
+	seq                                       chproto.ColUInt64
+	name                                      chproto.ColStr
+	namespace, typ, reason, action            *chproto.ColLowCardinality[string]
+	note                                      chproto.ColStr
+	regardingAPIVersion                       *chproto.ColLowCardinality[string]
+	regardingUID, regardingFieldPath          chproto.ColStr
+	relatedAPIVersion, relatedKind            *chproto.ColLowCardinality[string]
+	relatedNamespace                          *chproto.ColLowCardinality[string]
+	relatedName, relatedUID, relatedFieldPath chproto.ColStr
+	reportingController, reportingInstance    *chproto.ColLowCardinality[string]
+	labels, annotations, metadata             *chproto.ColMap[string, string]
+	seriesCount                               chproto.ColInt32
+	seriesLast                                chproto.ColDateTime64
+	seriesState                               *chproto.ColLowCardinality[string]
+	subject                                   chproto.ColStr
+	storedAt                                  chproto.ColDateTime64
+	ttlSeconds                                chproto.ColUInt32
+	raw                                       chproto.ColStr
+	writeReason                               *chproto.ColLowCardinality[string]
+	minutes                                   *chproto.ColArr[time.Time]
+	minuteCounts                              *chproto.ColArr[uint32]
+
+	// cols are the columns in eventColumns order.
+	cols []chproto.ColInput
+	// keys sorts a map's keys (see appendMap).
+	keys []string
+	buf  chproto.Buffer
+}
+
+var eventBlocks = sync.Pool{New: func() any { return newEventBlock() }}
+
+func newEventBlock() *eventBlock {
+	lc := func() *chproto.ColLowCardinality[string] { return new(chproto.ColStr).LowCardinality() }
+	m := func() *chproto.ColMap[string, string] {
+		return chproto.NewMap[string, string](new(chproto.ColStr), new(chproto.ColStr))
+	}
+	b := &eventBlock{
+		tenantType: lc(), tenantName: lc(), regardingKind: lc(), regardingNamespace: lc(),
+		namespace: lc(), typ: lc(), reason: lc(), action: lc(),
+		regardingAPIVersion: lc(), relatedAPIVersion: lc(), relatedKind: lc(), relatedNamespace: lc(),
+		reportingController: lc(), reportingInstance: lc(), seriesState: lc(), writeReason: lc(),
+		labels: m(), annotations: m(), metadata: m(),
+		minutes:      chproto.NewArray[time.Time](&chproto.ColDateTime{Location: time.UTC}),
+		minuteCounts: chproto.NewArray[uint32](new(chproto.ColUInt32)),
+	}
+	for _, c := range []*chproto.ColDateTime64{&b.eventTime, &b.seriesLast, &b.storedAt} {
+		c.WithPrecision(chproto.PrecisionMicro).WithLocation(time.UTC)
+	}
+	b.cols = []chproto.ColInput{
+		b.tenantType, b.tenantName, b.regardingKind, b.regardingNamespace, &b.regardingName,
+		&b.eventTime, &b.uid, &b.seq,
+		&b.name, b.namespace, b.typ, b.reason, b.action, &b.note,
+		b.regardingAPIVersion, &b.regardingUID, &b.regardingFieldPath,
+		b.relatedAPIVersion, b.relatedKind, b.relatedNamespace, &b.relatedName, &b.relatedUID, &b.relatedFieldPath,
+		b.reportingController, b.reportingInstance,
+		b.labels, b.annotations, b.metadata,
+		&b.seriesCount, &b.seriesLast, b.seriesState,
+		&b.subject, &b.storedAt, &b.ttlSeconds, &b.raw,
+		b.writeReason, b.minutes, b.minuteCounts,
+	}
+	if len(b.cols) != len(eventColumns) {
+		panic("clickhouse: eventBlock does not match eventColumns")
+	}
+	return b
+}
+
+func (b *eventBlock) reset() {
+	for _, c := range b.cols {
+		c.(chproto.Resettable).Reset()
+	}
+	b.buf.Reset()
+}
+
+// appendRow appends one version of an event; the values are those
+// rowValues gives the clickhouse-go transport.
+func (b *eventBlock) appendRow(r Row, ttls *ttlTable) error {
+	ev := r.Event
+	if ev == nil {
+		return errors.New("no event")
+	}
+	raw := r.Raw
+	if raw == nil {
+		var err error
+		if raw, err = event.Marshal(ev); err != nil {
+			return err
+		}
+	}
+	reg, rel := ev.GetRegarding(), ev.GetRelated()
+	tt, tn := ev.GetTenant().GetType(), ev.GetTenant().GetName()
+	et := zeroTime
+	if ev.GetEventTime() != nil {
+		et = clampTime(ev.GetEventTime().AsTime())
+	}
+	seriesLast := zeroTime
+	if lo := ev.GetSeries().GetLastObservedTime(); lo != nil {
+		seriesLast = clampTime(lo.AsTime())
+	}
+	storedAt := zeroTime
+	if !r.StoredAt.IsZero() {
+		storedAt = clampTime(r.StoredAt)
+	}
+
+	b.tenantType.Append(tt)
+	b.tenantName.Append(tn)
+	b.regardingKind.Append(reg.GetKind())
+	b.regardingNamespace.Append(reg.GetNamespace())
+	b.regardingName.Append(reg.GetName())
+	b.eventTime.AppendRaw(micros(et))
+	b.uid.Append(ev.GetUid())
+	b.seq.Append(r.Seq)
+	b.name.Append(ev.GetName())
+	b.namespace.Append(ev.GetNamespace())
+	b.typ.Append(ev.GetType())
+	b.reason.Append(ev.GetReason())
+	b.action.Append(ev.GetAction())
+	b.note.Append(ev.GetNote())
+	b.regardingAPIVersion.Append(reg.GetApiVersion())
+	b.regardingUID.Append(reg.GetUid())
+	b.regardingFieldPath.Append(reg.GetFieldPath())
+	b.relatedAPIVersion.Append(rel.GetApiVersion())
+	b.relatedKind.Append(rel.GetKind())
+	b.relatedNamespace.Append(rel.GetNamespace())
+	b.relatedName.Append(rel.GetName())
+	b.relatedUID.Append(rel.GetUid())
+	b.relatedFieldPath.Append(rel.GetFieldPath())
+	b.reportingController.Append(ev.GetReportingController())
+	b.reportingInstance.Append(ev.GetReportingInstance())
+	b.appendMap(b.labels, ev.GetLabels())
+	b.appendMap(b.annotations, ev.GetAnnotations())
+	b.appendMap(b.metadata, ev.GetMetadata())
+	b.seriesCount.Append(ev.GetSeries().GetCount())
+	b.seriesLast.AppendRaw(micros(seriesLast))
+	b.seriesState.Append(ev.GetSeries().GetState())
+	b.subject.Append(r.Subject)
+	b.storedAt.AppendRaw(micros(storedAt))
+	b.ttlSeconds.Append(ttls.lookup(tt, tn))
+	b.raw.AppendBytes(raw)
+	b.writeReason.Append(r.WriteReason)
+
+	// minuteColumns, without its two slices.
+	starts, counts := b.minutes.Data.(*chproto.ColDateTime), b.minuteCounts.Data.(*chproto.ColUInt32)
+	for _, m := range r.Minutes {
+		if m.Count == 0 || m.Start.Before(zeroTime) {
+			continue
+		}
+		starts.Append(m.Start.UTC().Truncate(time.Minute))
+		counts.Append(m.Count)
+	}
+	b.minutes.Offsets.Append(uint64(starts.Rows()))
+	b.minuteCounts.Offsets.Append(uint64(counts.Rows()))
+	return nil
+}
+
+// appendMap appends m in key order: a Map column keeps its pairs in the
+// order given, so sorting makes the stored value independent of Go's map
+// iteration order.
+func (b *eventBlock) appendMap(c *chproto.ColMap[string, string], m map[string]string) {
+	if len(m) == 1 {
+		for k, v := range m {
+			c.Keys.Append(k)
+			c.Values.Append(v)
+		}
+		c.Offsets.Append(uint64(c.Keys.Rows()))
+		return
+	}
+	b.keys = b.keys[:0]
+	for k := range m {
+		b.keys = append(b.keys, k)
+	}
+	slices.Sort(b.keys)
+	for _, k := range b.keys {
+		c.Keys.Append(k)
+		c.Values.Append(m[k])
+	}
+	c.Offsets.Append(uint64(c.Keys.Rows()))
+}
+
+// micros is t (already clamped to DateTime64's range) in microseconds
+// since the epoch. It does not go through UnixNano, which overflows after
+// 2262 (clampTime allows up to 2299).
+func micros(t time.Time) chproto.DateTime64 {
+	return chproto.DateTime64(t.Unix()*1_000_000 + int64(t.Nanosecond()/1000))
+}
+
+// encode writes the block in the Native format as the engine reads it
+// from a file (no block info, protocol revision 0) and returns it; the
+// bytes are valid until the next reset.
+func (b *eventBlock) encode() ([]byte, error) {
+	rows := b.cols[0].Rows()
+	b.buf.Reset()
+	b.buf.PutUVarInt(uint64(len(b.cols)))
+	b.buf.PutUVarInt(uint64(rows))
+	for i, c := range b.cols {
+		if c.Rows() != rows {
+			return nil, fmt.Errorf("native block: column %s has %d rows, want %d", eventColumns[i].name, c.Rows(), rows)
+		}
+		if p, ok := c.(chproto.Preparable); ok {
+			if err := p.Prepare(); err != nil {
+				return nil, fmt.Errorf("native block: column %s: %w", eventColumns[i].name, err)
+			}
+		}
+		b.buf.PutString(eventColumns[i].name)
+		b.buf.PutString(eventColumns[i].typ)
+		if s, ok := c.(chproto.StateEncoder); ok {
+			s.EncodeState(&b.buf)
+		}
+		c.EncodeColumn(&b.buf)
+	}
+	return b.buf.Buf, nil
+}
+
+// encodeNative builds and encodes the rows as one Native block
+// (b.native). The caller releases the batch once the bytes are sent.
+func (b *eventBatch) encodeNative() error {
+	b.release()
+	blk := eventBlocks.Get().(*eventBlock)
+	blk.reset()
+	b.block = blk
+	for _, r := range b.rows {
+		if err := blk.appendRow(r, b.ttls); err != nil {
+			return fmt.Errorf("row seq %d: %w", r.Seq, err)
+		}
+	}
+	native, err := blk.encode()
+	if err != nil {
+		return err
+	}
+	b.native = native
+	return nil
+}
+
+// encodeValues gives each row its values in the columns' Go types
+// (b.values), for clickhouse-go's batch API.
+func (b *eventBatch) encodeValues() error {
+	b.values = make([][]any, len(b.rows))
+	for i, r := range b.rows {
+		v, err := rowValues(r, b.ttls)
+		if err != nil {
+			return fmt.Errorf("row seq %d: %w", r.Seq, err)
+		}
+		b.values[i] = v
+	}
+	return nil
+}
