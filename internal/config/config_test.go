@@ -57,6 +57,8 @@ func TestLoadErrors(t *testing.T) {
 		{"note too large", []string{"--max-note-bytes", "70000"}, nil},
 		{"bad stream name", []string{"--stream", "a.b"}, nil},
 		{"stray argument", []string{"serve"}, nil},
+		{"ingest nice out of range", []string{"--ingest-nice", "20"}, nil},
+		{"negative ingest nice", nil, map[string]string{"EVENTGATE_INGEST_NICE": "-1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

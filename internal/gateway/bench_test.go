@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,7 +27,8 @@ import (
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 )
 
-// fanout sizes; EVENTGATE_BENCH_SECONDS shortens or lengthens each phase.
+// fanout sizes; EVENTGATE_BENCH_SECONDS shortens or lengthens each phase,
+// EVENTGATE_BENCH_RATE sets another emit rate (events/s) for both phases.
 const (
 	fanoutWatchers = 1000
 	fanoutSlow     = 10 // watchers that never read: they must not slow the others
@@ -62,9 +65,26 @@ func (l *latencies) pct(p float64) time.Duration {
 	return l.d[min(len(l.d)-1, int(float64(len(l.d))*p))]
 }
 
-// pace calls fn(batch) every fanoutTick with the events due at fanoutRate, for d.
+func benchRate() int {
+	if r, err := strconv.Atoi(os.Getenv("EVENTGATE_BENCH_RATE")); err == nil && r > 0 {
+		return r
+	}
+	return fanoutRate
+}
+
+// cpuTime is the CPU time this process has used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// pace calls fn(batch) every fanoutTick with the events due at the bench
+// rate, for d.
 func pace(d time.Duration, fn func(n int)) int {
-	per := fanoutRate * int(fanoutTick) / int(time.Second)
+	per := benchRate() * int(fanoutTick) / int(time.Second)
 	t := time.NewTicker(fanoutTick)
 	defer t.Stop()
 	end := time.Now().Add(d)
@@ -222,6 +242,7 @@ func BenchmarkWatchFanout(b *testing.B) {
 		}
 		defer func() { pprof.StopCPUProfile(); out.Close() }()
 	}
+	cpu0, t0 := cpuTime(), time.Now()
 	b.ResetTimer()
 	sent := pace(dur, func(n int) {
 		req := &eventgatev1.EmitStreamRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: "bench"}}
@@ -249,6 +270,9 @@ func BenchmarkWatchFanout(b *testing.B) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	b.StopTimer()
+	// The whole process: gateway, embedded NATS and chDB, and the bench's
+	// clients; of 100% × GOMAXPROCS.
+	cpu := 100 * (cpuTime() - cpu0).Seconds() / time.Since(t0).Seconds()
 	if got := received.Load(); got != int64(sent) || acked.Load() != int64(sent) {
 		b.Errorf("sent %d, acked %d, delivered to fast watchers %d", sent, acked.Load(), got)
 	}
@@ -261,9 +285,10 @@ func BenchmarkWatchFanout(b *testing.B) {
 	b.ReportMetric(ms(gw.pct(0.5)), "watch_p50_ms")
 	b.ReportMetric(ms(gw.pct(0.99)), "watch_p99_ms")
 	b.ReportMetric(ms(gw.pct(0.99))/max(ms(base.pct(0.99)), 0.001), "p99_ratio")
-	b.Logf("%d watchers (+%d never reading), %s at %d events/s: plain NATS p50 %v p99 %v; eventgate watch p50 %v p99 %v (%.1fx); fast watchers got %d/%d",
-		fanoutWatchers, fanoutSlow, dur, fanoutRate, base.pct(0.5), base.pct(0.99), gw.pct(0.5), gw.pct(0.99),
-		ms(gw.pct(0.99))/max(ms(base.pct(0.99)), 0.001), received.Load(), sent)
+	b.ReportMetric(cpu, "cpu_%")
+	b.Logf("%d watchers (+%d never reading), %s at %d events/s: plain NATS p50 %v p99 %v; eventgate watch p50 %v p99 %v (%.1fx); fast watchers got %d/%d; process CPU %.0f%% (GOMAXPROCS %d)",
+		fanoutWatchers, fanoutSlow, dur, benchRate(), base.pct(0.5), base.pct(0.99), gw.pct(0.5), gw.pct(0.99),
+		ms(gw.pct(0.99))/max(ms(base.pct(0.99)), 0.001), received.Load(), sent, cpu, runtime.GOMAXPROCS(0))
 }
 
 // BenchmarkEmitToQueryable measures how long an acknowledged event takes to

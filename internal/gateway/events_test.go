@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -67,6 +68,35 @@ func TestEmitWatchRoundTripGRPC(t *testing.T) {
 	if !strings.HasPrefix(got.Object.Name, "nginx.") {
 		t.Fatalf("name %q does not start with the regarding name", got.Object.Name)
 	}
+	// The live feed timed the event from the stream to its watchers.
+	if n := metricValue(t, tg.httpURL, "eventgate_watch_feed_lag_seconds_count"); n < 1 {
+		t.Errorf("eventgate_watch_feed_lag_seconds_count = %v after a delivered event, want at least 1", n)
+	}
+}
+
+// metricValue scrapes /metrics for the value of an unlabelled sample.
+func metricValue(t testing.TB, baseURL, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(baseURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s not in /metrics", name)
+	return 0
 }
 
 func TestEmitWatchRoundTripREST(t *testing.T) {

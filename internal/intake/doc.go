@@ -7,12 +7,17 @@
 //
 // # Submit
 //
-// Submit publishes each occurrence to subject "<prefix>.<p>" of the intake
-// stream, p = series.KeyOf(ev).Hash() % Partitions, with the caller's
-// message id (the stream's duplicate window makes a retry with the same
-// id a no-op: Outcome DUPLICATE), a reply subject and the trace context.
-// Once every publish is acknowledged the occurrences are durable and will
-// be aggregated exactly once, whatever happens next. Submit then waits, at
+// Submit logs each occurrence in partition p = series.KeyOf(ev).Hash() %
+// Partitions, subject "<prefix>.<p>" of the intake stream, with a reply
+// subject and the trace context. An occurrence with a message id is an
+// entry of its own under that id (the stream's duplicate window makes a
+// retry with the same id a no-op, however it is batched: Outcome
+// DUPLICATE). The occurrences without one share an entry per partition
+// (HeaderBatch: up to 4,095 occurrences or 256 KiB), so that a batch costs
+// the log, the connection and the owner a message per partition rather
+// than one per occurrence; the aggregator sees occurrence k of entry seq at
+// position seq<<12 | k. Once every publish is acknowledged the occurrences
+// are durable and will be aggregated exactly once, whatever happens next. Submit then waits, at
 // most DecisionTimeout, for the owners' decisions, which arrive over core
 // NATS: CREATED and SERIES_STARTED (with the resourceVersion of the write)
 // once that write is acknowledged by the events stream, SERIES_COUNTED at
@@ -34,9 +39,9 @@
 //     revision, naming itself. From then on a deposed owner's checkpoint
 //     fails its compare-and-set: it is fenced off, and learns it lost the
 //     partition (its next pull is refused with a pin mismatch, 423).
-//  3. It rewinds the consumer to Position()+1 (the JetStream consumer reset
-//     API), discarding whatever the consumer had delivered to the previous
-//     owner, and folds from there: Observe for an occurrence, Tick for a
+//  3. It rewinds the consumer to the entry after the checkpoint's last one
+//     (the JetStream consumer reset API), discarding whatever the consumer
+//     had delivered to the previous owner, and folds from there: Observe for an occurrence, Tick for a
 //     tick entry, with the entry's stream sequence and timestamp.
 //
 // The aggregator must see the partition's entries in log order without a
@@ -46,10 +51,12 @@
 // entry is folded only when it provably follows the last one handled: it is
 // the consumer's next first delivery (consecutive consumer sequence,
 // NumDelivered 1), or a direct read of the stream finds no entry of the
-// partition between the aggregator's position and it. Otherwise the rest of
+// partition between the last entry folded and it. Otherwise the rest of
 // the pull is discarded (its channel closes only when the server is done
-// with the request) and the consumer rewound to Position()+1. Entries at or
-// below Position are skipped.
+// with the request) and the consumer rewound to the entry after the last
+// one folded. Entries at or below it are skipped. (A checkpoint head records
+// that entry's sequence, log_seq, beside the aggregator's position; a head
+// written before batched entries has none, and its position is it.)
 //
 // # Writes, checkpoints, acknowledgements
 //

@@ -302,6 +302,15 @@ type load struct {
 // with the same message ids on the next replica.
 func emit(t testing.TB, replicas []*replica, nSeries, perSeries, workers int, hook func(b int)) *load {
 	t.Helper()
+	return emitWith(t, replicas, nSeries, perSeries, workers, hook, true)
+}
+
+// emitWith is emit; without ids, the occurrences have no message ids (a
+// caller that sets no uid and no idempotency key): they are logged in
+// batched entries, and a failed Submit is not retried (it would count
+// again).
+func emitWith(t testing.TB, replicas []*replica, nSeries, perSeries, workers int, hook func(b int), withIDs bool) *load {
+	t.Helper()
 	l := &load{series: nSeries, perSeries: perSeries, outcomes: make(map[eventgatev1.EmitOutcome]int), seriesUID: make(map[int]map[string]bool)}
 	var mu sync.Mutex
 	batches := make(chan int)
@@ -323,7 +332,13 @@ func emit(t testing.TB, replicas []*replica, nSeries, perSeries, workers int, ho
 				for attempt := 0; ; attempt++ {
 					i := (b + attempt) % len(replicas)
 					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-					r, err := replicas[i].in.Submit(ctx, evs, ids)
+					var r []Result
+					var err error
+					if withIDs {
+						r, err = replicas[i].in.Submit(ctx, evs, ids)
+					} else {
+						r, err = replicas[i].in.Submit(ctx, evs, nil)
+					}
 					cancel()
 					if errors.Is(err, ErrStopped) {
 						continue
@@ -346,7 +361,7 @@ func emit(t testing.TB, replicas []*replica, nSeries, perSeries, workers int, ho
 					mu.Lock()
 					l.failedBatches++
 					mu.Unlock()
-					if attempt > 50 {
+					if attempt > 50 || !withIDs {
 						t.Errorf("batch %d: %v", b, err)
 						return
 					}

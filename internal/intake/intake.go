@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
@@ -391,35 +393,75 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 	}()
 	reply := in.inbox + "." + strconv.FormatUint(id, 36)
 
-	futs := make([]jetstream.PubAckFuture, len(evs))
+	// An occurrence with a message id is an entry of its own: the stream's
+	// duplicate window deduplicates a retry of it, however the retry is
+	// batched. The others share one entry per partition (up to maxBatch
+	// occurrences or batchBytes): a batch costs the log, its owner and the
+	// connection one message instead of one per occurrence.
+	type pending struct {
+		m    *nats.Msg
+		idxs []int
+	}
+	var entries []pending
+	open := make(map[int]int) // partition → index in entries of its open batch
+	limit := in.batchBytes()
+	newMsg := func(p int) *nats.Msg {
+		m := nats.NewMsg(in.cfg.subject(p))
+		m.Header.Set(HeaderReply, reply)
+		if asIs {
+			m.Header.Set(HeaderAsIs, "1")
+		}
+		propagator.Inject(ctx, propagation.HeaderCarrier(m.Header))
+		return m
+	}
 	for i, ev := range evs {
 		data, err := event.Marshal(ev)
 		if err != nil {
 			return nil, fmt.Errorf("submit: events[%d]: %w", i, err)
 		}
-		m := nats.NewMsg(in.cfg.subject(in.Partition(ev)))
-		m.Data = data
-		m.Header.Set(HeaderReply, reply)
-		m.Header.Set(HeaderIndex, strconv.Itoa(i))
-		if asIs {
-			m.Header.Set(HeaderAsIs, "1")
-		}
+		p := in.Partition(ev)
 		if msgIDs != nil && msgIDs[i] != "" {
+			m := newMsg(p)
+			m.Data = data
+			m.Header.Set(HeaderIndex, strconv.Itoa(i))
 			m.Header.Set(jetstream.MsgIDHeader, msgIDs[i])
+			entries = append(entries, pending{m: m, idxs: []int{i}})
+			continue
 		}
-		propagator.Inject(ctx, propagation.HeaderCarrier(m.Header))
-		if futs[i], err = in.js.PublishMsgAsync(m, jetstream.WithExpectStream(in.cfg.Stream)); err != nil {
-			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, i, err)
+		j, ok := open[p]
+		if ok && (len(entries[j].idxs) >= maxBatch || len(entries[j].m.Data)+len(data)+binary.MaxVarintLen32 > limit) {
+			ok = false
+		}
+		if !ok {
+			j = len(entries)
+			open[p] = j
+			entries = append(entries, pending{m: newMsg(p)})
+		}
+		e := &entries[j]
+		e.m.Data = protowire.AppendBytes(e.m.Data, data)
+		e.idxs = append(e.idxs, i)
+	}
+	futs := make([]jetstream.PubAckFuture, len(entries))
+	for k := range entries {
+		e := &entries[k]
+		if e.m.Header.Get(HeaderIndex) == "" {
+			e.m.Header.Set(HeaderBatch, formatIndexes(e.idxs))
+		}
+		var err error
+		if futs[k], err = in.js.PublishMsgAsync(e.m, jetstream.WithExpectStream(in.cfg.Stream)); err != nil {
+			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, e.idxs[0], err)
 		}
 	}
-	for i, f := range futs {
+	for k, f := range futs {
 		select {
 		case ack := <-f.Ok():
 			if ack.Duplicate {
+				// Only an entry with a message id can be a duplicate.
+				i := entries[k].idxs[0]
 				c.set(i, Result{Outcome: eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE, UID: evs[i].GetUid()})
 			}
 		case err := <-f.Err():
-			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, i, err)
+			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, entries[k].idxs[0], err)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %w", ErrNotDurable, ctx.Err())
 		}

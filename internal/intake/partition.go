@@ -46,11 +46,14 @@ type partition struct {
 	nseries atomic.Int64
 
 	// Owner state: agg is nil when this replica does not own the partition.
-	pin       string
-	agg       *series.Aggregator
-	rev       uint64 // revision of the head this owner last wrote
-	head      head
-	ckptPos   uint64
+	pin     string
+	agg     *series.Aggregator
+	rev     uint64 // revision of the head this owner last wrote
+	head    head
+	ckptPos uint64
+	// seq is the intake sequence of the last entry folded: the consumer
+	// resumes after it. (The aggregator's positions are finer: position.)
+	seq       uint64
 	ckptAt    time.Time
 	sinceCkpt int
 	pipe      *pipeline
@@ -256,12 +259,12 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 			pt.log.Debug("takeover: claim checkpoint", "err", err)
 			continue
 		}
-		if _, err := pt.in.stream.ResetConsumerToSequence(ctx, consumerName(pt.p), agg.Position()+1); err != nil {
+		if _, err := pt.in.stream.ResetConsumerToSequence(ctx, consumerName(pt.p), h.logSeq+1); err != nil {
 			pt.log.Warn("takeover: rewind consumer", "err", err)
 			continue
 		}
 
-		pt.pin, pt.agg, pt.rev, pt.head = pin, agg, newRev, h
+		pt.pin, pt.agg, pt.rev, pt.head, pt.seq = pin, agg, newRev, h, h.logSeq
 		pt.ckptPos, pt.ckptAt, pt.sinceCkpt = agg.Position(), time.Now(), 0
 		pt.pipe = newPipeline(pt.in.nc)
 		pt.lastStats = series.Stats{}
@@ -276,7 +279,7 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 		if err := pt.in.store.purgeUnnamed(ctx, pt.p, h); err != nil {
 			pt.log.Warn("purge old checkpoint chunks", "err", err)
 		}
-		pt.log.Info("partition taken over", "cause", cause, "position", agg.Position(), "keys", agg.Stats().Keys)
+		pt.log.Info("partition taken over", "cause", cause, "entry", h.logSeq, "keys", agg.Stats().Keys)
 		return
 	}
 }
@@ -333,7 +336,7 @@ func (pt *partition) handover(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
-	pt.log.Info("partition handed over", "position", pt.agg.Position())
+	pt.log.Info("partition handed over", "entry", pt.seq)
 	return nil
 }
 
@@ -433,7 +436,7 @@ func (pt *partition) handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	seq, dseq := meta.Sequence.Stream, meta.Sequence.Consumer
 	first := meta.NumDelivered == 1
-	pos := pt.agg.Position()
+	pos := pt.seq
 	inChain := pt.chainOK && first && dseq == pt.chainDseq+1
 	if !inChain && seq > pos {
 		ok, err := pt.follows(ctx, pos, seq)
@@ -467,53 +470,99 @@ func (pt *partition) follows(ctx context.Context, pos, seq uint64) (bool, error)
 	}
 }
 
-// fold handles one log entry past the aggregator's position.
+// fold handles one log entry past the aggregator's position: a tick, one
+// occurrence, or a batch of them (HeaderBatch), folded in order at
+// positions position(seq, k).
 func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
 	seq, at := meta.Sequence.Stream, meta.Timestamp
 	hdr := msg.Headers()
+	pt.seq = seq
 	pt.sinceCkpt++
 	if hdr.Get(HeaderTick) != "" {
 		pt.tickInFlight = false
-		return pt.publish(pt.agg.Tick(at, seq), nil, -1, item{})
+		return pt.publish(pt.agg.Tick(at, position(seq, 0)), nil, -1, item{})
 	}
-	reply := hdr.Get(HeaderReply)
+	o := occ{at: at, seq: seq, reply: hdr.Get(HeaderReply), asIs: hdr.Get(HeaderAsIs) != "", hdr: hdr}
+	if b := hdr.Get(HeaderBatch); b != "" {
+		idxs, err := parseIndexes(b)
+		var raws [][]byte
+		if err == nil {
+			raws, err = splitBatch(msg.Data(), len(idxs))
+		}
+		if err != nil {
+			// Not occurrences; the entry still takes its place in the log.
+			pt.log.Error("undecodable intake entry skipped", "seq", seq, "err", err)
+			return pt.publish(pt.agg.Tick(at, position(seq, 0)), nil, -1, item{})
+		}
+		pt.sinceCkpt += len(raws) - 1
+		for k, raw := range raws {
+			o.k, o.index, o.raw = k, idxs[k], raw
+			if err := pt.occur(o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	idx, _ := strconv.ParseUint(hdr.Get(HeaderIndex), 10, 32)
-	ev, err := event.Unmarshal(msg.Data())
+	o.index, o.raw = uint32(idx), msg.Data()
+	return pt.occur(o)
+}
+
+// occ is one occurrence of an intake entry: the k-th of entry seq,
+// at index in its Submit batch.
+type occ struct {
+	at    time.Time
+	seq   uint64
+	k     int
+	index uint32
+	raw   []byte
+	reply string
+	asIs  bool
+	hdr   nats.Header // the entry's
+}
+
+func (pt *partition) occur(o occ) error {
+	pos := position(o.seq, o.k)
+	ev, err := event.Unmarshal(o.raw)
 	if err != nil {
 		// Not an occurrence; it still takes its place in the log.
-		pt.log.Error("undecodable intake entry skipped", "seq", seq, "err", err)
-		return pt.publish(pt.agg.Tick(at, seq), nil, -1, item{})
+		pt.log.Error("undecodable intake occurrence skipped", "seq", o.seq, "occurrence", o.k, "err", err)
+		return pt.publish(pt.agg.Tick(o.at, pos), nil, -1, item{})
 	}
-	if ev.GetSeries() != nil || hdr.Get(HeaderAsIs) != "" {
+	if ev.GetSeries() != nil || o.asIs {
 		// Aggregated by its emitter: stored as it is, in log order with the
 		// partition's writes, under an id that a replay reproduces.
-		if err := pt.publish(pt.agg.Tick(at, seq), nil, -1, item{}); err != nil {
+		if err := pt.publish(pt.agg.Tick(o.at, pos), nil, -1, item{}); err != nil {
 			return err
 		}
-		fut, err := pt.publishEvent(ev, nil, ReasonClient, "", clientWriteID(ev, seq), hdr)
+		fut, err := pt.publishEvent(ev, nil, ReasonClient, "", clientWriteID(ev, o.seq, o.k), o.hdr)
 		if err != nil {
 			return err
 		}
 		pt.in.m.writes.WithLabelValues(ReasonClient).Inc()
 		pt.in.addStats(func(s *Stats) { s.ClientWrites++ })
-		pt.pipe.add(item{fut: fut, reply: reply, hasDec: true, dec: decision{index: uint32(idx), outcome: series.Created, uid: ev.GetUid()}})
+		pt.pipe.add(item{fut: fut, reply: o.reply, hasDec: true, dec: decision{index: o.index, outcome: series.Created, uid: ev.GetUid()}})
 		return nil
 	}
 	// The aggregator keeps a singleton encoded, and a Created write is the
-	// entry's own bytes: no copy of the event, no second encoding.
-	d := pt.agg.ObserveEncoded(ev, msg.Data(), at, seq)
+	// occurrence's own bytes: no copy of the event, no second encoding.
+	d := pt.agg.ObserveEncoded(ev, o.raw, o.at, pos)
 	own := -1
 	if n := len(d.Writes); n > 0 && (d.Outcome == series.Created || d.Outcome == series.SeriesStarted) {
 		own = n - 1 // the occurrence's own write comes last
 	}
-	return pt.publish(d.Writes, hdr, own, item{reply: reply, hasDec: true, dec: decision{index: uint32(idx), outcome: d.Outcome, uid: d.UID}})
+	return pt.publish(d.Writes, o.hdr, own, item{reply: o.reply, hasDec: true, dec: decision{index: o.index, outcome: d.Outcome, uid: d.UID}})
 }
 
 // clientWriteID is the events message id of an event stored as its emitter
-// aggregated it: unique per intake entry, the same on a replay.
-func clientWriteID(ev *eventgatev1.Event, seq uint64) string {
+// aggregated it: unique per occurrence of the intake, the same on a replay.
+func clientWriteID(ev *eventgatev1.Event, seq uint64, k int) string {
 	t := ev.GetTenant()
-	return t.GetType() + "/" + t.GetName() + "/" + ev.GetUid() + "/intake-" + strconv.FormatUint(seq, 10)
+	id := t.GetType() + "/" + t.GetName() + "/" + ev.GetUid() + "/intake-" + strconv.FormatUint(seq, 10)
+	if k > 0 {
+		id += "." + strconv.Itoa(k)
+	}
+	return id
 }
 
 // publish sends writes to the events stream in order, then dec: with the
@@ -599,7 +648,7 @@ func (pt *partition) checkpoint(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h, rev, err := pt.in.store.save(ctx, pt.p, cp, pt.head, pos, pt.pin, pt.rev)
+	h, rev, err := pt.in.store.save(ctx, pt.p, cp, pt.head, pos, pt.seq, pt.pin, pt.rev)
 	if err != nil {
 		return err
 	}
@@ -649,7 +698,7 @@ func (pt *partition) resync(ctx context.Context, cause error) {
 	}
 	if errors.Is(cause, errGap) {
 		pt.log.Warn("gap in the partition's deliveries: rewinding", "cause", cause)
-		if _, err := pt.in.stream.ResetConsumerToSequence(ctx, consumerName(pt.p), pt.agg.Position()+1); err != nil {
+		if _, err := pt.in.stream.ResetConsumerToSequence(ctx, consumerName(pt.p), pt.seq+1); err != nil {
 			pt.log.Warn("rewind consumer", "err", err)
 			pt.takeover(ctx, pt.pin, label)
 			return

@@ -63,6 +63,8 @@ type segRef struct {
 //
 //	message Head {
 //	  uint64 position  = 1; // the checkpoint's series.Aggregator.Position
+//	  uint64 log_seq   = 10; // intake sequence of the last entry folded (absent in
+//	                        // heads written before batched entries: position)
 //	  string owner     = 2; // pin id of the replica that wrote it (for humans)
 //	  bytes  inline    = 3; // the head snapshot, when it fits
 //	  string gen       = 4; // its chunks' generation, when chunked
@@ -78,6 +80,7 @@ type segRef struct {
 //	}
 type head struct {
 	position uint64
+	logSeq   uint64
 	owner    string
 	inline   []byte
 	blob     // of the head snapshot, when gen is set
@@ -89,6 +92,7 @@ const (
 	hOwner    protowire.Number = 2
 	hInline   protowire.Number = 3
 	hSegment  protowire.Number = 9
+	hLogSeq   protowire.Number = 10
 	sID       protowire.Number = 1
 
 	// A blob's fields, in a head and in a segment alike.
@@ -107,6 +111,8 @@ func (h head) marshal() []byte {
 	b = protowire.AppendVarint(b, h.position)
 	b = protowire.AppendTag(b, hOwner, protowire.BytesType)
 	b = protowire.AppendString(b, h.owner)
+	b = protowire.AppendTag(b, hLogSeq, protowire.VarintType)
+	b = protowire.AppendVarint(b, h.logSeq)
 	if h.gen == "" {
 		b = protowire.AppendTag(b, hInline, protowire.BytesType)
 		b = protowire.AppendBytes(b, h.inline)
@@ -190,11 +196,13 @@ func fields(b []byte, f func(num protowire.Number, v uint64, s []byte)) bool {
 
 func unmarshalHead(b []byte) (head, error) {
 	var h head
-	okSegs := true
+	okSegs, hasLogSeq := true, false
 	ok := fields(b, func(num protowire.Number, v uint64, s []byte) {
 		switch num {
 		case hPosition:
 			h.position = v
+		case hLogSeq:
+			h.logSeq, hasLogSeq = v, true
 		case hOwner:
 			h.owner = string(s)
 		case hInline:
@@ -215,6 +223,10 @@ func unmarshalHead(b []byte) (head, error) {
 	})
 	if !ok || !okSegs {
 		return h, fmt.Errorf("%w: head", ErrCorruptCheckpoint)
+	}
+	if !hasLogSeq {
+		// Written when every entry carried one occurrence at position seq.
+		h.logSeq = h.position
 	}
 	return h, nil
 }
@@ -350,9 +362,9 @@ func (s *store) putHead(ctx context.Context, p int, h head, rev uint64) (uint64,
 // head, compare-and-set on rev. prev is the head cp follows: the segments
 // of prev that cp still needs are carried over. It returns the new head and
 // revision.
-func (s *store) save(ctx context.Context, p int, cp series.Checkpoint, prev head, pos uint64, owner string, rev uint64) (head, uint64, error) {
+func (s *store) save(ctx context.Context, p int, cp series.Checkpoint, prev head, pos, logSeq uint64, owner string, rev uint64) (head, uint64, error) {
 	snap := cp.Head
-	h := head{position: pos, owner: owner}
+	h := head{position: pos, logSeq: logSeq, owner: owner}
 	for _, id := range cp.Live {
 		if cp.Segment != nil && id == cp.Segment.ID {
 			b, err := s.writeBlob(ctx, p, cp.Segment.Data)

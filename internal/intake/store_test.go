@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/eventgate/eventgate/internal/series"
 )
@@ -61,7 +64,7 @@ func TestStore(t *testing.T) {
 		t.Fatalf("empty partition: %v %d %v", snap, rev, err)
 	}
 	// A chunked head snapshot and a 2-chunk segment.
-	h1, rev1, err := s.save(ctx, 1, series.Checkpoint{Head: big, Segment: seg(5, 100), Live: []uint64{5}}, head{}, 10, "owner-a", 0)
+	h1, rev1, err := s.save(ctx, 1, series.Checkpoint{Head: big, Segment: seg(5, 100), Live: []uint64{5}}, head{}, position(10, 1), 10, "owner-a", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +72,7 @@ func TestStore(t *testing.T) {
 		t.Fatalf("head %+v, want 5 chunks and one segment of 2", h1)
 	}
 	snap, h, rev, err := s.load(ctx, 1)
-	if err != nil || !bytes.Equal(snap, big) || rev != rev1 || h.position != 10 || h.owner != "owner-a" {
+	if err != nil || !bytes.Equal(snap, big) || rev != rev1 || h.position != position(10, 1) || h.logSeq != 10 || h.owner != "owner-a" {
 		t.Fatalf("load: %q %+v %d %v", snap, h, rev, err)
 	}
 	if b, err := s.segment(ctx, 1, h, 5); err != nil || !bytes.Equal(b, seg(5, 100).Data) {
@@ -86,7 +89,7 @@ func TestStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.save(ctx, 1, series.Checkpoint{Head: big, Segment: seg(9, 10), Live: []uint64{5, 9}}, h1, 20, "owner-a", rev1); !errors.Is(err, ErrFenced) {
+	if _, _, err := s.save(ctx, 1, series.Checkpoint{Head: big, Segment: seg(9, 10), Live: []uint64{5, 9}}, h1, position(20, 1), 20, "owner-a", rev1); !errors.Is(err, ErrFenced) {
 		t.Fatalf("stale checkpoint: %v, want ErrFenced", err)
 	}
 	if n := len(chunkKeys(t, s)); n != 13 {
@@ -101,7 +104,7 @@ func TestStore(t *testing.T) {
 
 	// The next checkpoint: an inline head, segment 5 carried over, a new
 	// segment 9; the old head snapshot is garbage.
-	h3, rev3, err := s.save(ctx, 1, series.Checkpoint{Head: small, Segment: seg(9, 10), Live: []uint64{5, 9}}, h, 30, "owner-b", rev2)
+	h3, rev3, err := s.save(ctx, 1, series.Checkpoint{Head: small, Segment: seg(9, 10), Live: []uint64{5, 9}}, h, position(30, 1), 30, "owner-b", rev2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +121,7 @@ func TestStore(t *testing.T) {
 		t.Fatalf("%d chunks, want 3 (segments 5 and 9)", n)
 	}
 	snap, h, _, err = s.load(ctx, 1)
-	if err != nil || !bytes.Equal(snap, small) || h.gen != "" || h.position != 30 {
+	if err != nil || !bytes.Equal(snap, small) || h.gen != "" || h.position != position(30, 1) || h.logSeq != 30 {
 		t.Fatalf("inline load: %q %+v %v", snap, h, err)
 	}
 	for _, id := range []uint64{5, 9} {
@@ -127,7 +130,7 @@ func TestStore(t *testing.T) {
 		}
 	}
 	// Segment 5 is no longer needed.
-	h4, _, err := s.save(ctx, 1, series.Checkpoint{Head: small, Live: []uint64{9}}, h3, 40, "owner-b", rev3)
+	h4, _, err := s.save(ctx, 1, series.Checkpoint{Head: small, Live: []uint64{9}}, h3, position(40, 1), 40, "owner-b", rev3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,12 +141,12 @@ func TestStore(t *testing.T) {
 		t.Fatalf("%d chunks, want 1 (segment 9)", n)
 	}
 	// A checkpoint naming a segment its previous head does not have is a bug.
-	if _, _, err := s.save(ctx, 1, series.Checkpoint{Head: small, Live: []uint64{5}}, h4, 50, "owner-b", 0); !errors.Is(err, ErrCorruptCheckpoint) {
+	if _, _, err := s.save(ctx, 1, series.Checkpoint{Head: small, Live: []uint64{5}}, h4, position(50, 1), 50, "owner-b", 0); !errors.Is(err, ErrCorruptCheckpoint) {
 		t.Fatalf("unknown segment: %v", err)
 	}
 
 	// A head naming purged chunks reads as fenced (a newer head replaced it).
-	h5, _, err := s.save(ctx, 2, series.Checkpoint{Head: big}, head{}, 1, "x", 0)
+	h5, _, err := s.save(ctx, 2, series.Checkpoint{Head: big}, head{}, position(1, 1), 1, "x", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,9 +179,9 @@ func TestStore(t *testing.T) {
 
 func TestHeadRoundTrip(t *testing.T) {
 	for _, h := range []head{
-		{position: 7, owner: "o", inline: []byte("snap"), blob: blob{size: 4, crc: 99}},
-		{position: 1 << 40, owner: "p", blob: blob{gen: "g-1", chunks: 3, firstSeq: 12, size: 1000, crc: 1}},
-		{position: 9, owner: "q", inline: []byte{}, segments: []segRef{
+		{position: 7, logSeq: 7, owner: "o", inline: []byte("snap"), blob: blob{size: 4, crc: 99}},
+		{position: position(1<<40, 5), logSeq: 1 << 40, owner: "p", blob: blob{gen: "g-1", chunks: 3, firstSeq: 12, size: 1000, crc: 1}},
+		{position: 9, logSeq: 0, owner: "q", inline: []byte{}, segments: []segRef{
 			{id: 3, blob: blob{gen: "s-1", chunks: 1, firstSeq: 4, size: 10, crc: 7}},
 			{id: 1 << 33, blob: blob{gen: "s-2", chunks: 2, firstSeq: 5, size: 20, crc: 8}},
 		}},
@@ -190,6 +193,58 @@ func TestHeadRoundTrip(t *testing.T) {
 		if diff := cmp.Diff(h, got, cmp.AllowUnexported(head{}, blob{}, segRef{})); diff != "" {
 			t.Errorf("round trip (-want +got):\n%s", diff)
 		}
+	}
+}
+
+// A head written before batched entries has no log_seq: its position is
+// the intake sequence.
+func TestHeadWithoutLogSeq(t *testing.T) {
+	var b []byte
+	b = protowire.AppendTag(b, hPosition, protowire.VarintType)
+	b = protowire.AppendVarint(b, 41)
+	b = protowire.AppendTag(b, hInline, protowire.BytesType)
+	b = protowire.AppendBytes(b, []byte("snap"))
+	h, err := unmarshalHead(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.position != 41 || h.logSeq != 41 {
+		t.Errorf("legacy head: position %d, logSeq %d; want 41, 41", h.position, h.logSeq)
+	}
+}
+
+func TestBatchWire(t *testing.T) {
+	raws := [][]byte{[]byte("first"), {}, bytes.Repeat([]byte{0xff}, 300)}
+	var data []byte
+	for _, r := range raws {
+		data = protowire.AppendBytes(data, r)
+	}
+	got, err := splitBatch(data, len(raws))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(raws, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("split (-want +got):\n%s", diff)
+	}
+	if _, err := splitBatch(data, 2); err == nil {
+		t.Error("3 occurrences split as 2")
+	}
+	if _, err := splitBatch(data[:len(data)-1], 3); err == nil {
+		t.Error("truncated batch split")
+	}
+	idxs, err := parseIndexes(formatIndexes([]int{0, 7, 4095}))
+	if err != nil || !slices.Equal(idxs, []uint32{0, 7, 4095}) {
+		t.Errorf("indexes round trip: %v, %v", idxs, err)
+	}
+	for _, bad := range []string{"", "1,,2", "-1", "x", "4294967296"} {
+		if _, err := parseIndexes(bad); err == nil {
+			t.Errorf("parseIndexes(%q) accepted", bad)
+		}
+	}
+	// Positions grow with the log, occurrence by occurrence, past any
+	// position of a head written before batched entries (the sequence).
+	if !(position(9, maxBatch) < position(10, 0) && position(10, 0) > 10 && position(10, 0)>>posShift == 10) {
+		t.Error("positions do not order entries and occurrences")
 	}
 }
 

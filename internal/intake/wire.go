@@ -2,6 +2,7 @@ package intake
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -16,6 +17,11 @@ const (
 	HeaderReply = "Eventgate-Reply"
 	// HeaderIndex, on an intake entry, is its index in the Submit batch.
 	HeaderIndex = "Eventgate-Index"
+	// HeaderBatch, on an intake entry that carries several occurrences, lists
+	// their indexes in the Submit batch, comma-separated; the entry's data
+	// is their encodings, each preceded by its length (a protobuf varint).
+	// An entry without it carries one occurrence, whose index is HeaderIndex.
+	HeaderBatch = "Eventgate-Batch"
 	// HeaderTick marks an intake entry that carries no occurrence: it only
 	// advances its partition's log clock.
 	HeaderTick = "Eventgate-Tick"
@@ -184,4 +190,71 @@ func parseDecisions(b []byte, f func(decision)) error {
 		f(d)
 	}
 	return nil
+}
+
+// Batched entries. An occurrence's log position, as the aggregator sees it,
+// is its entry's stream sequence shifted left by posShift, plus its index
+// in the entry: positions grow with the log, occurrence by occurrence, and
+// every position of an entry maps back to the entry's sequence.
+const (
+	posShift = 12
+	// maxBatch is the most occurrences one entry carries.
+	maxBatch = 1<<posShift - 1
+	// maxBatchBytes bounds an entry's data (half the connection's maximum
+	// payload if that is less); a single occurrence may exceed it.
+	maxBatchBytes = 256 << 10
+)
+
+// position is the aggregator's position of occurrence k of entry seq.
+func position(seq uint64, k int) uint64 { return seq<<posShift | uint64(k) }
+
+func (in *Intake) batchBytes() int {
+	if mp := int(in.nc.MaxPayload()); mp > 0 {
+		return min(maxBatchBytes, mp/2)
+	}
+	return maxBatchBytes
+}
+
+func formatIndexes(idxs []int) string {
+	b := make([]byte, 0, 4*len(idxs))
+	for k, i := range idxs {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(i), 10)
+	}
+	return string(b)
+}
+
+// parseIndexes decodes HeaderBatch.
+func parseIndexes(s string) ([]uint32, error) {
+	var out []uint32
+	for part := range strings.SplitSeq(s, ",") {
+		i, err := strconv.ParseUint(part, 10, 32)
+		if err != nil {
+			return nil, errors.New("batch indexes: bad index")
+		}
+		out = append(out, uint32(i))
+	}
+	if len(out) > maxBatch {
+		return nil, errors.New("batch indexes: too many")
+	}
+	return out, nil
+}
+
+// splitBatch returns the n occurrence encodings of a batched entry's data.
+func splitBatch(data []byte, n int) ([][]byte, error) {
+	out := make([][]byte, 0, n)
+	for len(data) > 0 {
+		b, k := protowire.ConsumeBytes(data)
+		if k < 0 {
+			return nil, errors.New("batch: truncated occurrence")
+		}
+		out = append(out, b)
+		data = data[k:]
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("batch: %d occurrences for %d indexes", len(out), n)
+	}
+	return out, nil
 }
