@@ -150,8 +150,8 @@ func (n Normalizer) Normalize(ev *eventgatev1.Event, def *eventgatev1.Tenant, id
 
 	if ev.EventTime == nil {
 		ev.EventTime = timestamppb.New(now())
-	} else if err := ev.EventTime.CheckValid(); err != nil {
-		bad("eventTime", "is not a valid time: %v", err)
+	} else if err := checkTime(ev.EventTime); err != nil {
+		bad("eventTime", "%v", err)
 	}
 	if ev.EventTime.IsValid() {
 		ev.EventTime.Nanos -= ev.EventTime.Nanos % 1000 // Kubernetes MicroTime
@@ -165,8 +165,8 @@ func (n Normalizer) Normalize(ev *eventgatev1.Event, def *eventgatev1.Tenant, id
 			bad("series.state", "must be %q or %q, got %q", SeriesOngoing, SeriesFinished, s.State)
 		}
 		if s.LastObservedTime != nil {
-			if err := s.LastObservedTime.CheckValid(); err != nil {
-				bad("series.lastObservedTime", "is not a valid time: %v", err)
+			if err := checkTime(s.LastObservedTime); err != nil {
+				bad("series.lastObservedTime", "%v", err)
 			} else {
 				s.LastObservedTime.Nanos -= s.LastObservedTime.Nanos % 1000
 			}
@@ -202,6 +202,29 @@ func (n Normalizer) Normalize(ev *eventgatev1.Event, def *eventgatev1.Tenant, id
 	}
 	return vs
 }
+
+// Event times must fall in [MinTime, MaxTime): the range every store of an
+// event (ClickHouse's DateTime retention arithmetic included) represents
+// exactly. A time outside it (a negative Unix time, year 9999) is a
+// caller's bug, and would be stored wrongly or expire at once.
+var (
+	MinTime = time.Unix(0, 0).UTC()
+	MaxTime = time.Date(2100, time.January, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// checkTime reports why t is not an acceptable event time.
+func checkTime(t *timestamppb.Timestamp) error {
+	if err := t.CheckValid(); err != nil {
+		return fmt.Errorf("is not a valid time: %w", err)
+	}
+	if at := t.AsTime(); at.Before(MinTime) || !at.Before(MaxTime) {
+		return fmt.Errorf("must be between %s and %s, got %s", MinTime.Format(time.RFC3339), MaxTime.Format(time.RFC3339), at.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// Printable reports whether s is valid UTF-8 without control characters.
+func Printable(s string) bool { return printable(s) }
 
 // MaxSubjectBytes bounds an event subject, well below NATS' control-line limit.
 const MaxSubjectBytes = 1024

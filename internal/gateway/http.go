@@ -1,17 +1,26 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -41,7 +50,86 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	if st, ok := status.FromError(err); ok && st.Code() == codes.OutOfRange {
 		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusGone, Err: err}
 	}
+	if bodyTooLarge(r) {
+		// A body without a Content-Length that ran over the limit while it
+		// was read: the decoder's error is 413, not 400.
+		writeTooLarge(w, maxBody(r))
+		return
+	}
+	if derr := bodyDecodeError(r); derr != nil && status.Code(err) == codes.InvalidArgument {
+		// The body did not decode: name the field the decoder stopped at
+		// (google.rpc.BadRequest), as every other invalid request does.
+		st := status.New(codes.InvalidArgument, derr.Error())
+		if d, e := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: decodeErrorField(derr), Description: derr.Error()}}}); e == nil {
+			st = d
+		}
+		writeStatus(w, st)
+		return
+	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}
+
+// decodeFieldRE finds the field a protojson error names.
+var decodeFieldRE = regexp.MustCompile(`(?:unknown field|field|duplicate field) "?([A-Za-z0-9_.\[\]]+)"?`)
+
+// decodeErrorField is the field a body decode error is about, or "body".
+func decodeErrorField(err error) string {
+	if m := decodeFieldRE.FindStringSubmatch(err.Error()); m != nil {
+		return m[1]
+	}
+	return "body"
+}
+
+// routingErrorHandler answers a known path asked with the wrong method 405
+// Method Not Allowed (grpc-gateway says 501 Not Implemented), with the methods
+// it takes in Allow.
+func routingErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
+	if code == http.StatusMethodNotAllowed {
+		writeMethodNotAllowed(w, r, allowedMethods(r.URL.Path))
+		return
+	}
+	runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, code)
+}
+
+// allowedMethods are the methods the REST API serves on path.
+func allowedMethods(path string) string {
+	switch {
+	case path == "/v1/events":
+		return "GET, POST"
+	case strings.HasPrefix(path, "/v1/"):
+		return "GET"
+	}
+	return ""
+}
+
+// writeMethodNotAllowed answers 405 with a google.rpc.Status body.
+func writeMethodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	if allow != "" {
+		w.Header().Set("Allow", allow)
+	}
+	st := status.Newf(codes.Unimplemented, "method %s is not allowed on %s", r.Method, r.URL.Path)
+	b, err := jsonOut.Marshal(st.Proto())
+	if err != nil {
+		b = []byte(`{"code":12,"message":"method not allowed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusMethodNotAllowed)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// only serves h for method (and HEAD with GET) and answers 405 otherwise.
+func only(method string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			allow := method
+			if method == http.MethodGet {
+				allow = "GET, HEAD"
+			}
+			writeMethodNotAllowed(w, r, allow)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // writeStatus writes a google.rpc.Status JSON body, the shape every REST error has.
@@ -58,7 +146,8 @@ func writeStatus(w http.ResponseWriter, st *status.Status) {
 func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		runtime.WithErrorHandler(errorHandler),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: &runtime.JSONPb{}}),
+		runtime.WithRoutingErrorHandler(routingErrorHandler),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: &strictJSON{JSONPb: &runtime.JSONPb{}}}),
 	)
 	client := eventgatev1.NewEventServiceClient(g.proxy)
 	if err := eventgatev1.RegisterEventServiceHandlerClient(ctx, gw, client); err != nil {
@@ -68,11 +157,11 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("/healthz", only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	})))
+	mux.Handle("/readyz", only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		checks, ok := g.ready.check(r.Context())
 		w.Header().Set("Content-Type", "application/json")
 		body := map[string]any{"status": "ok", "checks": checks}
@@ -81,23 +170,25 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		_ = json.NewEncoder(w).Encode(body)
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+	})))
+	mux.Handle("/metrics", only(http.MethodGet, promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})))
+	mux.Handle("/openapi.json", only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openapiv2.Document)
-	})
-	mux.Handle("GET /v1/events:watch", watchHandler(gw, client))
+	})))
+	mux.Handle("/v1/events:watch", only(http.MethodGet, watchHandler(gw, client)))
 	if err := webhook.Register(mux, webhook.Options{Client: client, Gateway: gw, MaxBatch: g.cfg.MaxBatch, MaxBodyBytes: g.cfg.MaxRequestBytes, MaxNoteBytes: g.cfg.Events.MaxNoteBytes, Flux: g.cfg.Flux, Log: g.log}); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	k8sapi.Register(mux, k8sapi.Options{Conn: g.proxy, Auth: g.auth, Config: g.cfg.K8s, Correlate: coreCorrelator(g.cfg), Log: g.log})
 	mux.Handle("/", gw)
-	h := limitBody(mux, int64(g.cfg.MaxRequestBytes))
+	h := limitBody(validURL(mux), int64(g.cfg.MaxRequestBytes))
 	return otelhttp.NewHandler(h, "eventgate.rest", otelhttp.WithTracerProvider(g.tp), otelhttp.WithPropagators(telemetry.Propagator)), nil
 }
 
-// limitBody refuses a request body larger than max before anything decodes it.
+// limitBody refuses a request body larger than max before anything decodes
+// it: by its Content-Length when it has one, else when reading it runs over
+// max (the REST gateway then answers 413 too, see errorHandler).
 func limitBody(next http.Handler, max int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > max {
@@ -107,9 +198,149 @@ func limitBody(next http.Handler, max int64) http.Handler {
 			_, _ = w.Write(append(b, '\n'))
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, max)
-		next.ServeHTTP(w, r)
+		lb := &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, max), max: max}
+		r.Body = lb
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), limitedBodyKey{}, lb)))
 	})
+}
+
+type limitedBodyKey struct{}
+
+// limitedBody notes that a read ran over the body limit, and why the REST
+// gateway could not decode the body.
+type limitedBody struct {
+	io.ReadCloser
+	max       int64
+	exceeded  atomic.Bool
+	decodeErr atomic.Pointer[error]
+}
+
+// bodyDecodeError is why r's body did not decode, or nil.
+func bodyDecodeError(r *http.Request) error {
+	if lb, ok := r.Context().Value(limitedBodyKey{}).(*limitedBody); ok {
+		if p := lb.decodeErr.Load(); p != nil {
+			return *p
+		}
+	}
+	return nil
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		b.exceeded.Store(true)
+	}
+	return n, err
+}
+
+// bodyTooLarge reports whether reading r's body ran over the limit.
+func bodyTooLarge(r *http.Request) bool {
+	lb, ok := r.Context().Value(limitedBodyKey{}).(*limitedBody)
+	return ok && lb.exceeded.Load()
+}
+
+func maxBody(r *http.Request) int64 {
+	if lb, ok := r.Context().Value(limitedBodyKey{}).(*limitedBody); ok {
+		return lb.max
+	}
+	return 0
+}
+
+func writeTooLarge(w http.ResponseWriter, max int64) {
+	b, _ := jsonOut.Marshal(status.Newf(codes.ResourceExhausted, "request body is larger than the limit of %d bytes", max).Proto())
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusRequestEntityTooLarge)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// validURL answers 400 for a path or query that is not valid UTF-8 once
+// unescaped: no string field can carry it, and the REST gateway's gRPC
+// client would fail to marshal it (a 500). The Kubernetes API's paths get a
+// Kubernetes Status body.
+func validURL(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		what := ""
+		if !utf8.ValidString(r.URL.Path) {
+			what = "path"
+		} else {
+			// Pairs that do not parse are left to the handler, as net/http does.
+			q, _ := url.ParseQuery(r.URL.RawQuery)
+			for k, vs := range q {
+				if !utf8.ValidString(k) {
+					what = "query parameter name"
+					break
+				}
+				for _, v := range vs {
+					if !utf8.ValidString(v) {
+						what = "query parameter " + k
+						break
+					}
+				}
+				if what != "" {
+					break
+				}
+			}
+		}
+		if what == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		msg := "the " + what + " is not valid UTF-8 text once unescaped"
+		if strings.HasPrefix(r.URL.Path, "/api/") || strings.HasPrefix(r.URL.Path, "/apis/") || r.URL.Path == "/api" || r.URL.Path == "/apis" {
+			b, _ := json.Marshal(map[string]any{"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{}, "status": "Failure", "message": msg, "reason": "BadRequest", "code": http.StatusBadRequest})
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write(append(b, '\n'))
+			return
+		}
+		field := strings.TrimPrefix(what, "query parameter ")
+		st := status.New(codes.InvalidArgument, msg)
+		if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: "must be valid UTF-8"}}}); err == nil {
+			st = d
+		}
+		writeStatus(w, st)
+	})
+}
+
+// strictJSON is the REST gateway's JSON marshaler with a decoder that takes
+// exactly one JSON value: data after it (a second value, stray text) is an
+// error, not ignored.
+type strictJSON struct {
+	*runtime.JSONPb
+}
+
+// NewDecoder implements runtime.Marshaler.
+func (m *strictJSON) NewDecoder(r io.Reader) runtime.Decoder {
+	return runtime.DecoderFunc(func(v any) error {
+		err := m.decode(r, v)
+		if lb, ok := r.(*limitedBody); ok && err != nil && !errors.Is(err, io.EOF) {
+			lb.decodeErr.Store(&err)
+		}
+		return err
+	})
+}
+
+func (m *strictJSON) decode(r io.Reader, v any) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("request body: %w", err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return io.EOF // no body: an empty request, as the generated handlers take it
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return fmt.Errorf("request body is not JSON: %w", err)
+	}
+	if off := dec.InputOffset(); len(bytes.TrimSpace(b[off:])) > 0 {
+		return fmt.Errorf("request body has data after its JSON value, at offset %d", off)
+	}
+	if err := m.JSONPb.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("request body: %w", err)
+	}
+	return nil
 }
 
 // watchHandler serves GET /v1/events:watch as newline-delimited JSON, one

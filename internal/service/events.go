@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -138,15 +141,25 @@ func (s *Events) EmitStream(stream eventgatev1.EventService_EmitStreamServer) er
 	var recvErr error
 	for {
 		req, err := stream.Recv()
-		if err != nil {
+		var wait func() ([]*eventgatev1.EmitResult, error)
+		switch {
+		case err == nil:
+			wait, err = s.startEmit(ctx, batch{req.GetEvents(), req.GetTenant(), req.GetIdempotencyKey(), req.GetClientCounted()})
+			if err != nil {
+				wait = func() ([]*eventgatev1.EmitResult, error) { return nil, err }
+			}
+		case status.Code(err) == codes.InvalidArgument:
+			// A batch that does not decode (the server's decode guard read it
+			// whole and refused it): it gets an error ack in its place and
+			// the stream goes on, as for any bad batch.
+			wait = func() ([]*eventgatev1.EmitResult, error) { return nil, err }
+		default:
 			if !errors.Is(err, io.EOF) {
 				recvErr = err
 			}
-			break
 		}
-		wait, err := s.startEmit(ctx, batch{req.GetEvents(), req.GetTenant(), req.GetIdempotencyKey(), req.GetClientCounted()})
-		if err != nil {
-			wait = func() ([]*eventgatev1.EmitResult, error) { return nil, err }
+		if wait == nil {
+			break
 		}
 		select {
 		case acks <- pending{id: req.GetBatchId(), wait: wait}:
@@ -400,6 +413,9 @@ func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventga
 func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOptions, subject.Filter, error) {
 	o := ejs.WatchOptions{Buffer: s.cfg.WatchBuffer}
 	var f subject.Filter
+	if err := checkWatchFilter(req); err != nil {
+		return o, f, err
+	}
 	if t := req.GetTenant(); t != nil && (t.Type != "" || t.Name != "") {
 		ref, err := tenantRef(t)
 		if err != nil {
@@ -452,6 +468,11 @@ func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOpt
 		if err != nil {
 			return o, f, invalid("resourceVersion", "must be a stream sequence (a non-negative integer), got %q", rv)
 		}
+		if after == math.MaxUint64 {
+			// No stream reaches it; it is ahead of every stream, not too old
+			// (after+1 would wrap to 0).
+			return o, f, invalid("resourceVersion", "is ahead of the stream: %s", rv)
+		}
 		o.After = &after
 	}
 	if bi := req.GetBookmarkInterval(); bi != nil {
@@ -462,4 +483,43 @@ func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOpt
 		o.Bookmarks = d
 	}
 	return o, f, nil
+}
+
+// Watch filter limits: a value no event can carry is refused, not watched.
+const (
+	maxFilterName   = 253 // kind, apiGroup, namespace, name (event validation's limit)
+	maxFilterShort  = 128 // type, reason, reportingController
+	maxFilterValues = 100 // values of one repeated filter
+)
+
+// checkWatchFilter refuses filter values that are not printable text or are
+// longer than any event's field can be.
+func checkWatchFilter(req *eventgatev1.StreamWatchRequest) error {
+	var vs []event.Violation
+	one := func(field, v string, max int) {
+		switch {
+		case len(v) > max:
+			vs = append(vs, event.Violation{Field: field, Description: fmt.Sprintf("must be at most %d bytes, got %d", max, len(v))})
+		case !event.Printable(v):
+			vs = append(vs, event.Violation{Field: field, Description: "must be printable text without control characters"})
+		}
+	}
+	one("apiGroup", req.GetApiGroup(), maxFilterName)
+	one("kind", req.GetKind(), maxFilterName)
+	one("namespace", req.GetNamespace(), maxFilterName)
+	one("name", req.GetName(), maxFilterName)
+	for field, vals := range map[string][]string{"types": req.GetTypes(), "reasons": req.GetReasons(), "reportingControllers": req.GetReportingControllers()} {
+		if len(vals) > maxFilterValues {
+			vs = append(vs, event.Violation{Field: field, Description: fmt.Sprintf("must have at most %d values, got %d", maxFilterValues, len(vals))})
+			continue
+		}
+		for i, v := range vals {
+			one(fmt.Sprintf("%s[%d]", field, i), v, maxFilterShort)
+		}
+	}
+	if len(vs) > 0 {
+		slices.SortFunc(vs, func(a, b event.Violation) int { return strings.Compare(a.Field, b.Field) })
+		return &InvalidError{Violations: vs}
+	}
+	return nil
 }
