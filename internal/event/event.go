@@ -177,6 +177,12 @@ func (n Normalizer) Normalize(ev *eventgatev1.Event, def *eventgatev1.Tenant, id
 	checkMap(ev.Annotations, "annotations", bad)
 	checkMap(ev.Metadata, "metadata", bad)
 
+	if ev.Uid != "" {
+		checkPathSegment(ev.Uid, "uid", bad)
+	}
+	if ev.Name != "" {
+		checkPathSegment(ev.Name, "name", bad)
+	}
 	if ev.Uid == "" {
 		if idemKey != "" {
 			ev.Uid = uuid.NewSHA1(uidNamespace, []byte(ev.Tenant.GetType()+"\x00"+ev.Tenant.GetName()+"\x00"+idemKey+"\x00"+field)).String()
@@ -190,7 +196,7 @@ func (n Normalizer) Normalize(ev *eventgatev1.Event, def *eventgatev1.Tenant, id
 		if len(suffix) > 16 {
 			suffix = suffix[:16]
 		}
-		ev.Name = ev.Regarding.Name + "." + suffix
+		ev.Name = pathSafe(ev.Regarding.Name) + "." + suffix
 	}
 	checkString(ev.Name, "name", maxNameField+17, bad)
 	ev.ResourceVersion = ""
@@ -282,6 +288,23 @@ func checkRef(r *eventgatev1.ObjectReference, f string, required bool, bad func(
 	checkString(r.Uid, f+".uid", maxShortField, bad)
 	checkString(r.FieldPath, f+".fieldPath", maxNameField, bad)
 	checkString(r.ResourceVersion, f+".resourceVersion", maxShortField, bad)
+}
+
+// checkPathSegment refuses what cannot be one segment of a REST path (GET
+// /v1/events/{uid}, /v1/namespaces/{namespace}/events/{name}, the
+// Kubernetes API): Kubernetes' rule for names, no "/" or "%", not "." or "..".
+func checkPathSegment(s, f string, bad func(string, string, ...any)) {
+	if s == "." || s == ".." || strings.ContainsAny(s, "/%") {
+		bad(f, `must not contain "/" or "%%" and must not be "." or ".." (it is a REST path segment), got %q`, truncate(s))
+	}
+}
+
+// pathSafe replaces the bytes a path segment cannot hold ("/" and "%").
+func pathSafe(s string) string {
+	if !strings.ContainsAny(s, "/%") {
+		return s
+	}
+	return strings.NewReplacer("/", "-", "%", "-").Replace(s)
 }
 
 func checkString(s, f string, max int, bad func(string, string, ...any)) {

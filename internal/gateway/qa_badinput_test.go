@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -322,5 +323,50 @@ func TestQAEmitStreamUndecodableBatch(t *testing.T) {
 	// The REST proxy and other callers are unaffected.
 	if code, _, m := qaDo(t, http.MethodPost, tg.httpURL+"/v1/events", "application/json", bytes.NewReader([]byte(`{"events":[{"reason":"After","regarding":{"kind":"Pod","name":"p"}}]}`))); code != http.StatusOK {
 		t.Fatalf("REST emit after: %d %v", code, m)
+	}
+}
+
+// TestQAUIDAndNamePathSegments: a caller's uid or name must be one REST path
+// segment (Kubernetes' rule: no "/" or "%", not "." or ".."), or the event
+// could never be read back with GET /v1/events/{uid}; a name derived from a
+// regarding name with "/" replaces it. Other characters round-trip escaped.
+func TestQAUIDAndNamePathSegments(t *testing.T) {
+	tg := startGateway(t, nil)
+	for field, ev := range map[string]*eventgatev1.Event{
+		"events[0].uid":  {Uid: "a/b", Reason: "U", Regarding: &eventgatev1.ObjectReference{Kind: "Pod", Name: "p"}},
+		"events[0].name": {Name: "x%y", Reason: "U", Regarding: &eventgatev1.ObjectReference{Kind: "Pod", Name: "p"}},
+	} {
+		_, err := tg.client.Emit(context.Background(), &eventgatev1.EmitRequest{Events: []*eventgatev1.Event{ev}})
+		if f := fieldViolations(t, err); len(f) != 1 || f[0] != field {
+			t.Errorf("fields %v, want %s", f, field)
+		}
+	}
+	for _, uid := range []string{".", ".."} {
+		_, err := tg.client.Emit(context.Background(), &eventgatev1.EmitRequest{Events: []*eventgatev1.Event{{Uid: uid, Reason: "U", Regarding: &eventgatev1.ObjectReference{Kind: "Pod", Name: "p"}}}})
+		if f := fieldViolations(t, err); len(f) != 1 || f[0] != "events[0].uid" {
+			t.Errorf("uid %q: fields %v", uid, f)
+		}
+	}
+	r := emit(t, tg.client,
+		&eventgatev1.Event{Uid: "odd uid?#1", Reason: "U", Regarding: &eventgatev1.ObjectReference{Kind: "Bucket", Namespace: "ns", Name: "s3://bucket/key"}},
+		&eventgatev1.Event{Reason: "U", Regarding: &eventgatev1.ObjectReference{Kind: "Bucket", Namespace: "ns", Name: "50%/off"}})
+	if strings.ContainsAny(r[0].Name, "/%") || strings.ContainsAny(r[1].Name, "/%") {
+		t.Fatalf("derived names %q, %q hold a path separator", r[0].Name, r[1].Name)
+	}
+	for _, p := range []string{
+		"/v1/events/" + url.PathEscape(r[0].Uid),
+		"/v1/namespaces/ns/events/" + url.PathEscape(r[0].Name),
+		"/v1/events/" + url.PathEscape(r[1].Uid),
+	} {
+		var code int
+		var m map[string]any
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if code, _, m = qaDo(t, http.MethodGet, tg.httpURL+p, "", nil); code == http.StatusOK {
+				break
+			}
+		}
+		if code != http.StatusOK || m["regarding"] == nil {
+			t.Errorf("GET %s: %d %v", p, code, m)
+		}
 	}
 }
