@@ -370,3 +370,39 @@ func TestQAUIDAndNamePathSegments(t *testing.T) {
 		}
 	}
 }
+
+// TestQAQueryAbsurdTimeRange: a query bound outside the times events may have
+// answers as its meaning says (until year 1: nothing; since year 1 or until
+// year 9999: no bound), not what ClickHouse made of a time it cannot hold
+// (until=0001-01-01 matched every event).
+func TestQAQueryAbsurdTimeRange(t *testing.T) {
+	tg := startGateway(t, nil)
+	r := emit(t, tg.client, testEvent("Range", "Pod", "ns", "r"))
+	count := func(q string) int {
+		t.Helper()
+		code, _, m := qaDo(t, http.MethodGet, tg.httpURL+"/v1/events?"+q, "", nil)
+		if code != http.StatusOK {
+			t.Fatalf("query %s: %d %v", q, code, m)
+		}
+		evs, _ := m["events"].([]any)
+		return len(evs)
+	}
+	// Wait until ClickHouse holds the event.
+	for deadline := time.Now().Add(15 * time.Second); count("reason=Range") == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("event %s never queryable", r[0].Uid)
+		}
+	}
+	for q, want := range map[string]int{
+		"until=0001-01-01T00:00:00Z":                            0,
+		"until=1969-01-01T00:00:00Z":                            0,
+		"since=9999-01-01T00:00:00Z":                            0,
+		"since=0001-01-01T00:00:00Z":                            1,
+		"until=9999-12-31T00:00:00Z":                            1,
+		"since=0001-01-01T00:00:00Z&until=9999-12-31T00:00:00Z": 1,
+	} {
+		if got := count("reason=Range&" + q); got != want {
+			t.Errorf("query %s: %d events, want %d", q, got, want)
+		}
+	}
+}

@@ -170,17 +170,35 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 	for _, k := range keys {
 		f.Labels = append(f.Labels, clickhouse.LabelReq{Key: k, Op: "=", Values: []string{req.GetLabels()[k]}})
 	}
+	// Bounds outside the times events may have (event.MinTime, MaxTime) are
+	// no bound, or leave nothing: ClickHouse's DateTime64 cannot hold them,
+	// and year 1 is Go's zero time, which the store reads as "no bound"
+	// (until=0001-01-01 matched every event).
+	var noTime bool
 	if ts := req.GetSince(); ts != nil {
 		if !ts.IsValid() {
 			return q, false, invalid("since", "is not a valid time")
 		}
-		f.Since = ts.AsTime()
+		switch t := ts.AsTime(); {
+		case !t.Before(event.MaxTime):
+			noTime = true
+		case !t.Before(event.MinTime):
+			f.Since = t
+		}
 	}
 	if ts := req.GetUntil(); ts != nil {
 		if !ts.IsValid() {
 			return q, false, invalid("until", "is not a valid time")
 		}
-		f.Until = ts.AsTime()
+		switch t := ts.AsTime(); {
+		case !t.After(event.MinTime):
+			noTime = true
+		case !t.After(event.MaxTime):
+			f.Until = t
+		}
+	}
+	if noTime && req.GetSince() != nil && req.GetUntil() != nil && !req.GetSince().AsTime().Before(req.GetUntil().AsTime()) {
+		return q, false, invalid("until", "must be after since")
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
 		return q, false, invalid("until", "must be after since")
@@ -207,7 +225,7 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 	}
 	q.PageSize = int(req.GetPageSize())
 	q.PageToken = req.GetPageToken()
-	return q, empty, nil
+	return q, empty || noTime, nil
 }
 
 // FieldSelectorKeys are the fields a field selector may name: every field the
