@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -10,37 +12,67 @@ import (
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+
+	"github.com/eventgate/eventgate/internal/service"
 )
 
 // decodeGuard turns a request that does not decode (invalid wire format,
-// invalid UTF-8 in a string field) into InvalidArgument. grpc-go answers a
-// codec error with Internal, which blames the server for the caller's bytes;
-// so the server codec records the error against the message instead of
-// failing, and the first interceptor reports it.
+// invalid UTF-8 in a string field) into InvalidArgument, and one larger than
+// max into ResourceExhausted without decoding it. grpc-go answers a codec
+// error with Internal, which blames the server for the caller's bytes, and
+// ends a stream whose message is over its own limit (losing the acks of an
+// EmitStream's earlier batches); so the server codec records the error
+// against the message instead of failing, and the first interceptor (or the
+// stream's RecvMsg) reports it: an EmitStream batch refused so is answered
+// with an error ack and the stream goes on. Both errors carry
+// service.BadMessageInfo.
 type decodeGuard struct {
 	base encoding.CodecV2
-	errs sync.Map // message pointer → decode error
+	max  int
+	errs sync.Map // message pointer → the error to report
 }
 
-func newDecodeGuard() *decodeGuard {
-	return &decodeGuard{base: encoding.GetCodecV2(proto.Name)}
+// newDecodeGuard refuses messages over max bytes (0: no limit of its own).
+func newDecodeGuard(max int) *decodeGuard {
+	return &decodeGuard{base: encoding.GetCodecV2(proto.Name), max: max}
 }
 
 func (d *decodeGuard) Marshal(v any) (mem.BufferSlice, error) { return d.base.Marshal(v) }
 func (d *decodeGuard) Name() string                           { return d.base.Name() }
 
 func (d *decodeGuard) Unmarshal(data mem.BufferSlice, v any) error {
+	if n := data.Len(); d.max > 0 && n > d.max {
+		d.errs.Store(v, badMessage(status.New(codes.ResourceExhausted, fmt.Sprintf("request of %d bytes is larger than the limit of %d bytes", n, d.max))))
+		return nil
+	}
 	if err := d.base.Unmarshal(data, v); err != nil {
-		d.errs.Store(v, err)
+		d.errs.Store(v, badMessage(status.New(codes.InvalidArgument, fmt.Sprintf("request is not a valid message: %v", err))))
 	}
 	return nil
 }
 
+func badMessage(st *status.Status) error {
+	if d, err := st.WithDetails(service.BadMessageInfo()); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
 func (d *decodeGuard) check(v any) error {
 	if err, ok := d.errs.LoadAndDelete(v); ok {
-		return status.Errorf(codes.InvalidArgument, "request is not a valid message: %v", err)
+		return err.(error)
 	}
 	return nil
+}
+
+// transportLimit is the largest message grpc-go itself reads: above the
+// guard's limit, so that the guard answers most oversized messages (and an
+// EmitStream goes on); beyond it grpc-go ends the call.
+func transportLimit(max int) int {
+	if max > math.MaxInt32/2 {
+		return math.MaxInt32
+	}
+	return 2 * max
 }
 
 func (d *decodeGuard) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

@@ -197,11 +197,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		return status.Error(codes.Internal, "internal error")
 	})
 	g.health = health.NewServer()
-	guard := newDecodeGuard()
+	guard := newDecodeGuard(cfg.MaxRequestBytes)
 	newServer := func(extra ...grpc.ServerOption) *grpc.Server {
 		opts := append([]grpc.ServerOption{
 			grpc.ForceServerCodecV2(guard),
-			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+			grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)), // the guard refuses over MaxRequestBytes
 			grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(g.tp), otelgrpc.WithPropagators(telemetry.Propagator))),
 			grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(panicHandler), guard.unary, auth.UnaryServerInterceptor()),
 			grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(panicHandler), guard.stream, auth.StreamServerInterceptor()),

@@ -406,3 +406,57 @@ func TestQAQueryAbsurdTimeRange(t *testing.T) {
 		}
 	}
 }
+
+// TestQAEmitStreamOversizedBatch: a batch over --max-request-bytes gets a
+// ResourceExhausted error ack in its place and the stream goes on; grpc-go's
+// own limit ended the stream, and the acks of the batches before it (stored)
+// never reached the caller.
+func TestQAEmitStreamOversizedBatch(t *testing.T) {
+	tg := startGateway(t, func(c *config.Config) { c.MaxRequestBytes = 32 << 10 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := tg.client.EmitStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := testEvent("Big", "Pod", "ns", "p")
+	big.Labels = map[string]string{}
+	for i := 0; i < 12; i++ {
+		big.Labels[fmt.Sprint("key-", i)] = strings.Repeat("v", 4000)
+	}
+	for i, ev := range []*eventgatev1.Event{testEvent("One", "Pod", "ns", "p1"), big, testEvent("Three", "Pod", "ns", "p3")} {
+		if err := s.Send(&eventgatev1.EmitStreamRequest{BatchId: fmt.Sprint("b", i), Events: []*eventgatev1.Event{ev}}); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var acks []*eventgatev1.EmitStreamResponse
+	for {
+		r, err := s.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("stream ended with %v after acks %v", err, acks)
+		}
+		acks = append(acks, r)
+	}
+	if len(acks) != 3 || len(acks[0].Results) != 1 || len(acks[2].Results) != 1 || acks[1].Error.GetCode() != codes.ResourceExhausted.String() {
+		t.Fatalf("acks %v: want b0 and b2 stored, b1 ResourceExhausted", acks)
+	}
+	// Unary calls over the limit are still refused, before decoding.
+	if _, err := tg.client.Emit(ctx, &eventgatev1.EmitRequest{Events: []*eventgatev1.Event{big}}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("oversized Emit: %v", err)
+	}
+	// Far beyond the limit grpc-go refuses it itself; the gateway still serves.
+	huge := proto.Clone(big).(*eventgatev1.Event)
+	for i := 12; i < 40; i++ {
+		huge.Labels[fmt.Sprint("key-", i)] = strings.Repeat("v", 4000)
+	}
+	if _, err := tg.client.Emit(ctx, &eventgatev1.EmitRequest{Events: []*eventgatev1.Event{huge}}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("huge Emit: %v", err)
+	}
+	emit(t, tg.client, testEvent("After", "Pod", "ns", "p"))
+}

@@ -148,10 +148,10 @@ func (s *Events) EmitStream(stream eventgatev1.EventService_EmitStreamServer) er
 			if err != nil {
 				wait = func() ([]*eventgatev1.EmitResult, error) { return nil, err }
 			}
-		case status.Code(err) == codes.InvalidArgument:
-			// A batch that does not decode (the server's decode guard read it
-			// whole and refused it): it gets an error ack in its place and
-			// the stream goes on, as for any bad batch.
+		case IsBadMessage(err):
+			// A batch that does not decode or is too large (the server's
+			// decode guard read it whole and refused it): it gets an error
+			// ack in its place and the stream goes on, as for any bad batch.
 			wait = func() ([]*eventgatev1.EmitResult, error) { return nil, err }
 		default:
 			if !errors.Is(err, io.EOF) {
@@ -176,6 +176,31 @@ func (s *Events) EmitStream(stream eventgatev1.EventService_EmitStreamServer) er
 		return recvErr
 	}
 	return nil
+}
+
+// badMessageReason marks a request message the server read whole and
+// refused (it does not decode, or is over the size limit): the call or
+// stream it came on is intact.
+const badMessageReason = "BAD_REQUEST_MESSAGE"
+
+// BadMessageInfo is the status detail of a refused request message.
+func BadMessageInfo() *errdetails.ErrorInfo {
+	return &errdetails.ErrorInfo{Reason: badMessageReason, Domain: "eventgate.io"}
+}
+
+// IsBadMessage reports whether err refused one request message (see
+// BadMessageInfo).
+func IsBadMessage(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() == codes.OK {
+		return false
+	}
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == badMessageReason && ei.GetDomain() == "eventgate.io" {
+			return true
+		}
+	}
+	return false
 }
 
 func emitError(err error) *eventgatev1.EmitError {
