@@ -1,0 +1,101 @@
+package intake
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/series"
+)
+
+// TestBatchedSubmit: one Submit mixes occurrences without message ids
+// (batched: two of the same key in one entry) and one with an id (an entry
+// of its own); each gets its own decision at its index, in log order. A
+// SubmitAsIs without ids stores each occurrence of a batched entry under
+// its own id. Then a restart restores the partitions from checkpoints
+// between batched entries, and the series goes on counting.
+func TestBatchedSubmit(t *testing.T) {
+	ns := startServer(t)
+	cfg := testConfig()
+	cfg.Series = series.Config{Window: time.Minute, FinishAfter: time.Minute, FlushInterval: 300 * time.Millisecond, Heartbeat: 30 * time.Second}
+	a := startReplica(t, ns, "", "a", cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	a1, a2, b, a3 := occurrence(1, "1"), occurrence(1, "2"), occurrence(2, "b"), occurrence(1, "3")
+	rs, err := a.in.Submit(ctx, []*eventgatev1.Event{a1, a2, b, a3}, []string{"", "", "b-id", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		outcome   eventgatev1.EmitOutcome
+		uid, sUID string
+	}{
+		{eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED, a1.Uid, ""},
+		{eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_STARTED, a1.Uid, a1.Uid},
+		{eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED, b.Uid, ""},
+		{eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_COUNTED, a1.Uid, a1.Uid},
+	}
+	for i, w := range want {
+		if r := rs[i]; r.Outcome != w.outcome || r.UID != w.uid || r.SeriesUID != w.sUID {
+			t.Errorf("result %d: %+v, want %v uid %s series %q", i, r, w.outcome, w.uid, w.sUID)
+		}
+	}
+	if rs[0].ResourceVersion == 0 || rs[1].ResourceVersion <= rs[0].ResourceVersion {
+		t.Errorf("resourceVersions %d then %d: want the series' write after the singleton's", rs[0].ResourceVersion, rs[1].ResourceVersion)
+	}
+	// The retry of the id is a duplicate, batched with a new occurrence.
+	rs, err = a.in.Submit(ctx, []*eventgatev1.Event{occurrence(2, "b again"), occurrence(1, "4")}, []string{"b-id", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE || rs[1].Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_COUNTED {
+		t.Errorf("retry with a new occurrence: %+v", rs)
+	}
+
+	// As-is occurrences of one batched entry, each stored under its own id.
+	x, y := occurrence(5, "x"), occurrence(5, "y")
+	rs, err = a.in.SubmitAsIs(ctx, []*eventgatev1.Event{x, y}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range []*eventgatev1.Event{x, y} {
+		if rs[i].Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED || rs[i].UID != ev.Uid {
+			t.Errorf("as-is %d: %+v, want CREATED %s", i, rs[i], ev.Uid)
+		}
+	}
+	evs := readEvents(t, a.js)
+	for _, ev := range []*eventgatev1.Event{x, y} {
+		if vs := evs[ev.Uid]; len(vs) != 1 || vs[0].ev.GetSeries() != nil || vs[0].hdr.Get(HeaderWriteReason) != ReasonClient {
+			t.Errorf("as-is %s stored %d times: %+v", ev.Uid, len(vs), vs)
+		} else if id := vs[0].hdr.Get(jetstream.MsgIDHeader); id == "" {
+			t.Errorf("as-is %s stored without a message id", ev.Uid)
+		}
+	}
+	if ix, iy := evs[x.Uid][0].hdr.Get(jetstream.MsgIDHeader), evs[y.Uid][0].hdr.Get(jetstream.MsgIDHeader); ix[len(ix)-2:] == iy[len(iy)-2:] {
+		t.Errorf("as-is ids %q and %q do not tell the occurrences apart", ix, iy)
+	}
+
+	a.stop(t)
+	c := startReplica(t, ns, "", "c", cfg)
+	rs, err = c.in.Submit(ctx, []*eventgatev1.Event{occurrence(1, "5"), occurrence(1, "6")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if r.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_COUNTED || r.SeriesUID != a1.Uid {
+			t.Errorf("after the restart, occurrence %d: %+v, want SERIES_COUNTED into %s", i, r, a1.Uid)
+		}
+	}
+	var vs []stored
+	waitFor(t, 20*time.Second, "a flush of count 6", func() bool {
+		vs = readEvents(t, c.js)[a1.Uid]
+		return vs[len(vs)-1].ev.GetSeries().GetCount() == 6
+	})
+	if got := minutesSum(t, vs); got != 6 {
+		t.Errorf("minutes add up to %d, want 6", got)
+	}
+}
