@@ -367,8 +367,9 @@ func TestIdempotentRetry(t *testing.T) {
 	}
 	for i := range first.Results {
 		f, a := first.Results[i], again.Results[i]
-		// A duplicate names the stored event; the stream position is the first answer's.
-		if f.Uid != a.Uid || a.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE {
+		// A duplicate names the stored event and its resourceVersion.
+		if f.Uid != a.Uid || a.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE ||
+			a.ResourceVersion != f.ResourceVersion || a.Name != f.Name {
 			t.Fatalf("retry result %v, first %v", a, f)
 		}
 	}
@@ -382,7 +383,7 @@ func TestIdempotentRetry(t *testing.T) {
 	a := emit(t, tg.client, ev("a"))[0]
 	b := emit(t, tg.client, ev("a"))[0]
 	c := emit(t, tg.client, ev("b"))[0]
-	if b.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE || b.Uid != a.Uid {
+	if b.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE || b.Uid != a.Uid || b.ResourceVersion != a.ResourceVersion || b.Name != a.Name {
 		t.Fatalf("uid retry %v, first %v", b, a)
 	}
 	if c.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED {

@@ -107,6 +107,7 @@ type Intake struct {
 	m       *metrics
 	store   *store
 	stream  jetstream.Stream
+	events  jetstream.Stream
 	parts   []*partition
 	inbox   string
 	sub     *nats.Subscription
@@ -196,6 +197,7 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		m:       newMetrics(reg),
 		store:   &store{kv: kv, js: js, bucket: cfg.Bucket, chunkSize: chunk},
 		stream:  st,
+		events:  es,
 		inbox:   nc.NewInbox(),
 		calls:   make(map[uint64]*call),
 		stopped: make(chan struct{}),
@@ -458,7 +460,7 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 			if ack.Duplicate {
 				// Only an entry with a message id can be a duplicate.
 				i := entries[k].idxs[0]
-				c.set(i, Result{Outcome: eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE, UID: evs[i].GetUid()})
+				c.set(i, in.duplicate(ctx, evs[i]))
 			}
 		case err := <-f.Err():
 			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, entries[k].idxs[0], err)
@@ -486,6 +488,25 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 		in.m.submitted.WithLabelValues(out[i].Outcome.String()).Inc()
 	}
 	return out, nil
+}
+
+// duplicate is the result of an occurrence the intake already logged under
+// its message id. If it was stored as an event of its own, the last version
+// on its subject has its uid: the result carries that resourceVersion
+// (folded into a series, it has none of its own).
+func (in *Intake) duplicate(ctx context.Context, ev *eventgatev1.Event) Result {
+	r := Result{Outcome: eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE, UID: ev.GetUid()}
+	m, err := in.events.GetLastMsgForSubject(ctx, event.SubjectOf(ev))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			in.log.Debug("duplicate: read its stored version", "uid", ev.GetUid(), "err", err)
+		}
+		return r
+	}
+	if stored, err := event.Unmarshal(m.Data); err == nil && stored.GetUid() == ev.GetUid() {
+		r.ResourceVersion = m.Sequence
+	}
+	return r
 }
 
 // onDecisions delivers an owner's decisions to the Submit waiting for them.

@@ -339,11 +339,11 @@ func (h *Hub) Watch(ctx context.Context, o WatchOptions, send func(Item) error) 
 			return fmt.Errorf("watch: stream info: %w", err)
 		}
 		after := *o.After
-		if after+1 < info.State.FirstSeq {
-			return fmt.Errorf("%w: %d; the oldest kept is %d", ErrTooOld, after, info.State.FirstSeq)
-		}
 		if after > info.State.LastSeq {
 			return fmt.Errorf("%w: %d; the newest is %d", ErrFuture, after, info.State.LastSeq)
+		}
+		if after+1 < info.State.FirstSeq { // after <= LastSeq: no overflow
+			return fmt.Errorf("%w: %d; the oldest kept is %d", ErrTooOld, after, info.State.FirstSeq)
 		}
 		cursor = after
 	}

@@ -380,6 +380,10 @@ func (s *Events) startIntake(ctx context.Context, evs []*eventgatev1.Event, call
 				er.Uid = evs[i].Uid
 			case eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED:
 				er.Name = evs[i].Name
+			case eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE:
+				if r.ResourceVersion > 0 { // stored as an event of its own
+					er.Name = evs[i].Name
+				}
 			}
 			s.metrics.emitted.WithLabelValues(er.Outcome.String()).Inc()
 			results[i] = er
