@@ -159,7 +159,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	if g.store, err = clickhouse.Open(ctx, chcfg, log); err != nil {
 		return nil, err
 	}
-	if g.ingest, err = clickhouse.StartIngest(ctx, g.js, cfg.NATS.Stream, g.store, cfg.Ingest, log, g.registry); err != nil {
+	// Not ctx: it ends at the signal to stop, and would abort the batch in
+	// hand (its deliveries would come back only after the ack wait). Close
+	// stops ingest gracefully, within ShutdownTimeout.
+	if g.ingest, err = clickhouse.StartIngest(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, g.store, cfg.Ingest, log, g.registry); err != nil {
 		return nil, err
 	}
 
