@@ -1,15 +1,12 @@
 package clickhouse
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	chproto "github.com/ClickHouse/ch-go/proto"
-
-	"github.com/eventgate/eventgate/internal/event"
 )
 
 // eventBatch is one INSERT into the events table. A transport's encode does
@@ -123,31 +120,12 @@ func (b *eventBlock) reset() {
 // appendRow appends one version of an event; the values are those
 // rowValues gives the clickhouse-go transport.
 func (b *eventBlock) appendRow(r Row, ttls *ttlTable) error {
-	ev := r.Event
-	if ev == nil {
-		return errors.New("no event")
+	p, err := prepareRow(r)
+	if err != nil {
+		return err
 	}
-	raw := r.Raw
-	if raw == nil {
-		var err error
-		if raw, err = event.Marshal(ev); err != nil {
-			return err
-		}
-	}
-	reg, rel := ev.GetRegarding(), ev.GetRelated()
-	tt, tn := ev.GetTenant().GetType(), ev.GetTenant().GetName()
-	et := zeroTime
-	if ev.GetEventTime() != nil {
-		et = clampTime(ev.GetEventTime().AsTime())
-	}
-	seriesLast := zeroTime
-	if lo := ev.GetSeries().GetLastObservedTime(); lo != nil {
-		seriesLast = clampTime(lo.AsTime())
-	}
-	storedAt := zeroTime
-	if !r.StoredAt.IsZero() {
-		storedAt = clampTime(r.StoredAt)
-	}
+	ev, raw, reg, rel := r.Event, p.raw, p.reg, p.rel
+	tt, tn, et, seriesLast, storedAt := p.tenantType, p.tenantName, p.eventTime, p.seriesLast, p.storedAt
 
 	b.tenantType.Append(tt)
 	b.tenantName.Append(tn)

@@ -226,35 +226,52 @@ func (s *Store) insert(ctx context.Context, rows []Row, th *niceThread) error {
 	return nil
 }
 
+// preparedRow is what both encodings of a row derive from it alike.
+type preparedRow struct {
+	raw                             []byte
+	reg, rel                        *eventgatev1.ObjectReference
+	tenantType, tenantName          string
+	eventTime, seriesLast, storedAt time.Time // clamped to the columns' range
+}
+
+func prepareRow(r Row) (preparedRow, error) {
+	ev := r.Event
+	if ev == nil {
+		return preparedRow{}, errors.New("no event")
+	}
+	p := preparedRow{
+		raw: r.Raw, reg: ev.GetRegarding(), rel: ev.GetRelated(),
+		tenantType: ev.GetTenant().GetType(), tenantName: ev.GetTenant().GetName(),
+		eventTime: zeroTime, seriesLast: zeroTime, storedAt: zeroTime,
+	}
+	if p.raw == nil {
+		var err error
+		if p.raw, err = event.Marshal(ev); err != nil {
+			return preparedRow{}, err
+		}
+	}
+	if ev.GetEventTime() != nil {
+		p.eventTime = clampTime(ev.GetEventTime().AsTime())
+	}
+	if lo := ev.GetSeries().GetLastObservedTime(); lo != nil {
+		p.seriesLast = clampTime(lo.AsTime())
+	}
+	if !r.StoredAt.IsZero() {
+		p.storedAt = clampTime(r.StoredAt)
+	}
+	return p, nil
+}
+
 // rowValues are the values of one row in eventColumns order, in the
 // columns' Go types (for clickhouse-go; eventBlock.appendRow is the same for
 // the embedded engine).
 func rowValues(r Row, ttls *ttlTable) ([]any, error) {
-	ev := r.Event
-	if ev == nil {
-		return nil, errors.New("no event")
+	p, err := prepareRow(r)
+	if err != nil {
+		return nil, err
 	}
-	raw := r.Raw
-	if raw == nil {
-		var err error
-		if raw, err = event.Marshal(ev); err != nil {
-			return nil, err
-		}
-	}
-	reg, rel := ev.GetRegarding(), ev.GetRelated()
-	tt, tn := ev.GetTenant().GetType(), ev.GetTenant().GetName()
-	et := zeroTime
-	if ev.GetEventTime() != nil {
-		et = clampTime(ev.GetEventTime().AsTime())
-	}
-	seriesLast := zeroTime
-	if lo := ev.GetSeries().GetLastObservedTime(); lo != nil {
-		seriesLast = clampTime(lo.AsTime())
-	}
-	storedAt := zeroTime
-	if !r.StoredAt.IsZero() {
-		storedAt = clampTime(r.StoredAt)
-	}
+	ev, raw, reg, rel := r.Event, p.raw, p.reg, p.rel
+	tt, tn, et, seriesLast, storedAt := p.tenantType, p.tenantName, p.eventTime, p.seriesLast, p.storedAt
 	v := []any{
 		tt,
 		tn,

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -77,14 +76,9 @@ func TestEmitWatchRoundTripGRPC(t *testing.T) {
 // metricValue scrapes /metrics for the value of an unlabelled sample.
 func metricValue(t testing.TB, baseURL, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(baseURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
+	code, body := restGet(t, baseURL+"/metrics", "")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
 	}
 	for line := range strings.SplitSeq(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {

@@ -90,12 +90,5 @@ func TestBatchedSubmit(t *testing.T) {
 			t.Errorf("after the restart, occurrence %d: %+v, want SERIES_COUNTED into %s", i, r, a1.Uid)
 		}
 	}
-	var vs []stored
-	waitFor(t, 20*time.Second, "a flush of count 6", func() bool {
-		vs = readEvents(t, c.js)[a1.Uid]
-		return vs[len(vs)-1].ev.GetSeries().GetCount() == 6
-	})
-	if got := minutesSum(t, vs); got != 6 {
-		t.Errorf("minutes add up to %d, want 6", got)
-	}
+	waitFlushedCount(t, c.js, a1.Uid, 6)
 }

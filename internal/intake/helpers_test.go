@@ -469,3 +469,17 @@ func checkSeries(t testing.TB, js jetstream.JetStream, l *load, within time.Dura
 	}
 	return streamMsgs(t, js, "EVENTS")
 }
+
+// waitFlushedCount waits until the last stored version of series uid counts
+// n, and checks that its writes' minutes add up to n.
+func waitFlushedCount(t *testing.T, js jetstream.JetStream, uid string, n int32) {
+	t.Helper()
+	var vs []stored
+	waitFor(t, 20*time.Second, fmt.Sprintf("a flush of count %d", n), func() bool {
+		vs = readEvents(t, js)[uid]
+		return len(vs) > 0 && vs[len(vs)-1].ev.GetSeries().GetCount() == n
+	})
+	if got := minutesSum(t, vs); got != int64(n) {
+		t.Errorf("minutes add up to %d, want %d", got, n)
+	}
+}

@@ -112,53 +112,39 @@ func TestReplicasOnCluster(t *testing.T) {
 
 // TestReplicaStopped stops one of two replicas gracefully halfway: it
 // checkpoints and hands its partitions over, and the counts stay exact.
+// With message ids every occurrence is an intake entry of its own; without
+// (batched), occurrences share one entry per partition and Submit, the
+// partitions resume from checkpoints taken between batched entries, and the
+// log holds far fewer entries than occurrences.
 func TestReplicaStopped(t *testing.T) {
-	ns := startServer(t)
-	cfg := loadConfig()
-	a := startReplica(t, ns, "", "a", cfg)
-	b := startReplica(t, ns, "", "b", cfg)
-	rs := []*replica{a, b}
-	waitBalanced(t, rs, cfg.Partitions)
-	n := *flagOccurrences / 4
-	l := emit(t, rs, nSeries, n, 4, func(i int) {
-		if i == n/2 {
-			b.stop(t)
-		}
-	})
-	events := checkSeries(t, a.js, l, 60*time.Second)
-	report(t, l, rs, events, streamMsgs(t, a.js, cfg.Stream))
-	if l.failedBatches != 0 {
-		t.Errorf("%d Submits failed in flight on a graceful stop", l.failedBatches)
-	}
-}
-
-// TestBatchedEntries: occurrences without message ids share one intake
-// entry per partition and Submit. Two replicas, one of which stops
-// gracefully halfway (its partitions resume from checkpoints taken between
-// batched entries): every count stays exact, and the log holds far fewer
-// entries than occurrences.
-func TestBatchedEntries(t *testing.T) {
-	ns := startServer(t)
-	cfg := loadConfig()
-	a := startReplica(t, ns, "", "a", cfg)
-	b := startReplica(t, ns, "", "b", cfg)
-	rs := []*replica{a, b}
-	waitBalanced(t, rs, cfg.Partitions)
-	n := *flagOccurrences / 4
-	l := emitWith(t, rs, nSeries, n, 4, func(i int) {
-		if i == n/2 {
-			b.stop(t)
-		}
-	}, false)
-	events := checkSeries(t, a.js, l, 60*time.Second)
-	entries := streamMsgs(t, a.js, cfg.Stream)
-	report(t, l, rs, events, entries)
-	if l.failedBatches != 0 {
-		t.Errorf("%d Submits failed in flight on a graceful stop", l.failedBatches)
-	}
-	// 100 occurrences a Submit over 16 partitions: about 16 entries, not
-	// 100 (ticks add a few).
-	if occ := uint64(nSeries * n); entries > occ/3 {
-		t.Errorf("intake log: %d entries for %d occurrences; want batched entries (at most %d)", entries, occ, occ/3)
+	for _, tc := range []struct {
+		name    string
+		withIDs bool
+	}{{"ids", true}, {"batched", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := startServer(t)
+			cfg := loadConfig()
+			a := startReplica(t, ns, "", "a", cfg)
+			b := startReplica(t, ns, "", "b", cfg)
+			rs := []*replica{a, b}
+			waitBalanced(t, rs, cfg.Partitions)
+			n := *flagOccurrences / 4
+			l := emitWith(t, rs, nSeries, n, 4, func(i int) {
+				if i == n/2 {
+					b.stop(t)
+				}
+			}, tc.withIDs)
+			events := checkSeries(t, a.js, l, 60*time.Second)
+			entries := streamMsgs(t, a.js, cfg.Stream)
+			report(t, l, rs, events, entries)
+			if l.failedBatches != 0 {
+				t.Errorf("%d Submits failed in flight on a graceful stop", l.failedBatches)
+			}
+			// Batched: 100 occurrences a Submit over 16 partitions make
+			// about 16 entries, not 100 (ticks add a few).
+			if occ := uint64(nSeries * n); !tc.withIDs && entries > occ/3 {
+				t.Errorf("intake log: %d entries for %d occurrences; want batched entries (at most %d)", entries, occ, occ/3)
+			}
+		})
 	}
 }

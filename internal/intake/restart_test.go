@@ -47,14 +47,7 @@ func TestRestart(t *testing.T) {
 					t.Fatalf("occurrence %d after the restart: %+v, want SERIES_COUNTED into %s", i, r, first.Uid)
 				}
 			}
-			var vs []stored
-			waitFor(t, 20*time.Second, "a flush of count 6", func() bool {
-				vs = readEvents(t, b.js)[first.Uid]
-				return vs[len(vs)-1].ev.GetSeries().GetCount() == 6
-			})
-			if got := minutesSum(t, vs); got != 6 {
-				t.Errorf("minutes add up to %d, want 6", got)
-			}
+			waitFlushedCount(t, b.js, first.Uid, 6)
 			st := b.in.Stats()
 			if st.Takeovers == 0 || st.TrackedKeys != 11 || st.ActiveSeries != 1 {
 				t.Errorf("restarted replica: %+v, want takeovers, 11 keys and 1 series", st)
