@@ -270,6 +270,19 @@ func BenchmarkWatchFanout(b *testing.B) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	b.StopTimer()
+	// EVENTGATE_BENCH_MEMPROFILE=file writes a heap profile here, with
+	// everything the gateway holds after the load.
+	if f := os.Getenv("EVENTGATE_BENCH_MEMPROFILE"); f != "" {
+		out, err := os.Create(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		if err := pprof.WriteHeapProfile(out); err != nil {
+			b.Fatal(err)
+		}
+		out.Close()
+	}
 	// The whole process: gateway, embedded NATS and chDB, and the bench's
 	// clients; of 100% × GOMAXPROCS.
 	cpu := 100 * (cpuTime() - cpu0).Seconds() / time.Since(t0).Seconds()

@@ -126,12 +126,71 @@ type Hub struct {
 type watcher struct {
 	subjects   []string
 	match      func(*eventgatev1.Event) bool
-	ch         chan Item
-	overflow   chan struct{} // closed by the hub when ch overflowed
+	q          queue
+	overflow   chan struct{} // closed by the hub when q overflowed
 	lastQueued uint64
 	bookmarks  time.Duration
 	nextMark   time.Time
 	dead       bool
+}
+
+// queue is a watcher's bounded buffer. It holds only what is queued: a
+// channel of the bound's capacity per watcher would keep bound × Item of
+// pointer-holding memory for each (300 MB for 1,000 watchers at 4,096),
+// which the collector scans on every cycle, however idle the watchers.
+// The hub pushes under its lock; the watch takes everything queued at once.
+type queue struct {
+	mu     sync.Mutex
+	items  []Item
+	spare  []Item        // the previous batch's slice, emptied, for reuse
+	max    int           // bound on len(items)
+	notify chan struct{} // a token when items became non-empty
+}
+
+func newQueue(max int) queue {
+	return queue{max: max, notify: make(chan struct{}, 1)}
+}
+
+// push queues it; false when the queue is full.
+func (q *queue) push(it Item) bool {
+	q.mu.Lock()
+	if len(q.items) >= q.max {
+		q.mu.Unlock()
+		return false
+	}
+	if q.items == nil {
+		q.items, q.spare = q.spare, nil
+	}
+	q.items = append(q.items, it)
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take returns everything queued, in order; give it back with recycle.
+func (q *queue) take() []Item {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := q.items
+	q.items = nil
+	return items
+}
+
+// recycle keeps a taken batch's slice for the next one unless it grew large
+// (a burst): an idle watcher keeps a small buffer, not the largest it had.
+func (q *queue) recycle(items []Item) {
+	if cap(items) > 256 {
+		return
+	}
+	clear(items)
+	q.mu.Lock()
+	if q.spare == nil {
+		q.spare = items[:0]
+	}
+	q.mu.Unlock()
 }
 
 // StartHub starts the live feed at the end of the stream.
@@ -234,10 +293,9 @@ func (h *Hub) dispatch(msg jetstream.Msg) {
 			continue
 		}
 		w.lastQueued = seq
-		select {
-		case w.ch <- it:
+		if w.q.push(it) {
 			h.metrics.delivered.Inc()
-		default:
+		} else {
 			h.kill(w)
 		}
 	}
@@ -299,10 +357,8 @@ func (h *Hub) bookmarkLoop() {
 					continue
 				}
 				w.nextMark = now.Add(w.bookmarks)
-				select {
-				case w.ch <- Item{Seq: h.last, Bookmark: true}:
-				default: // a full buffer will overflow on the next event
-				}
+				// A full buffer will overflow on the next event.
+				w.q.push(Item{Seq: h.last, Bookmark: true})
 			}
 			h.mu.Unlock()
 		}
@@ -317,7 +373,7 @@ func newWatcher(o WatchOptions) *watcher {
 	return &watcher{
 		subjects:  o.Subjects,
 		match:     o.Match,
-		ch:        make(chan Item, buf),
+		q:         newQueue(buf),
 		overflow:  make(chan struct{}),
 		bookmarks: o.Bookmarks,
 		nextMark:  time.Now().Add(o.Bookmarks),
@@ -384,16 +440,20 @@ func (h *Hub) Watch(ctx context.Context, o WatchOptions, send func(Item) error) 
 			return ctx.Err()
 		case <-h.done:
 			return ErrHubStopped
-		case it := <-w.ch:
-			if it.Bookmark {
-				it.Seq = max(it.Seq, cursor)
-			} else if it.Seq <= cursor {
-				continue
+		case <-w.q.notify:
+			items := w.q.take()
+			for _, it := range items {
+				if it.Bookmark {
+					it.Seq = max(it.Seq, cursor)
+				} else if it.Seq <= cursor {
+					continue
+				}
+				if err := send(it); err != nil {
+					return err
+				}
+				cursor = it.Seq
 			}
-			if err := send(it); err != nil {
-				return err
-			}
-			cursor = it.Seq
+			w.q.recycle(items)
 		case <-w.overflow:
 			return &SlowWatcherError{ResumeFrom: cursor}
 		}
