@@ -56,6 +56,20 @@ func TestBatchedSubmit(t *testing.T) {
 		t.Errorf("retry with a new occurrence: %+v", rs)
 	}
 
+	// Occurrences of one key without, with and without an id: the
+	// partition's log keeps the batch's order (the one with an id is an
+	// entry of its own between the other two).
+	y1, y2, y3 := occurrence(3, "1"), occurrence(3, "2"), occurrence(3, "3")
+	rs, err = a.in.Submit(ctx, []*eventgatev1.Event{y1, y2, y3}, []string{"", "y2-id", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED ||
+		rs[1].Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_STARTED ||
+		rs[2].Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_COUNTED {
+		t.Errorf("one key without, with and without an id: %+v, want CREATED, SERIES_STARTED, SERIES_COUNTED", rs)
+	}
+
 	// As-is occurrences of one batched entry, each stored under its own id.
 	x, y := occurrence(5, "x"), occurrence(5, "y")
 	rs, err = a.in.SubmitAsIs(ctx, []*eventgatev1.Event{x, y}, nil)

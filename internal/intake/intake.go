@@ -428,6 +428,9 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 			m.Header.Set(HeaderIndex, strconv.Itoa(i))
 			m.Header.Set(jetstream.MsgIDHeader, msgIDs[i])
 			entries = append(entries, pending{m: m, idxs: []int{i}})
+			// The partition's later occurrences go after it: its log keeps
+			// the batch's order.
+			delete(open, p)
 			continue
 		}
 		j, ok := open[p]
