@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -70,6 +71,13 @@ func benchRate() int {
 		return r
 	}
 	return fanoutRate
+}
+
+// gcCycles is the number of garbage collections completed so far.
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // cpuTime is the CPU time this process has used so far.
@@ -242,7 +250,7 @@ func BenchmarkWatchFanout(b *testing.B) {
 		}
 		defer func() { pprof.StopCPUProfile(); out.Close() }()
 	}
-	cpu0, t0 := cpuTime(), time.Now()
+	cpu0, gc0, t0 := cpuTime(), gcCycles(), time.Now()
 	b.ResetTimer()
 	sent := pace(dur, func(n int) {
 		req := &eventgatev1.EmitStreamRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: "bench"}}
@@ -286,6 +294,7 @@ func BenchmarkWatchFanout(b *testing.B) {
 	// The whole process: gateway, embedded NATS and chDB, and the bench's
 	// clients; of 100% × GOMAXPROCS.
 	cpu := 100 * (cpuTime() - cpu0).Seconds() / time.Since(t0).Seconds()
+	gcs := gcCycles() - gc0
 	if got := received.Load(); got != int64(sent) || acked.Load() != int64(sent) {
 		b.Errorf("sent %d, acked %d, delivered to fast watchers %d", sent, acked.Load(), got)
 	}
@@ -299,9 +308,10 @@ func BenchmarkWatchFanout(b *testing.B) {
 	b.ReportMetric(ms(gw.pct(0.99)), "watch_p99_ms")
 	b.ReportMetric(ms(gw.pct(0.99))/max(ms(base.pct(0.99)), 0.001), "p99_ratio")
 	b.ReportMetric(cpu, "cpu_%")
-	b.Logf("%d watchers (+%d never reading), %s at %d events/s: plain NATS p50 %v p99 %v; eventgate watch p50 %v p99 %v (%.1fx); fast watchers got %d/%d; process CPU %.0f%% (GOMAXPROCS %d)",
+	b.ReportMetric(float64(gcs), "gc_cycles")
+	b.Logf("%d watchers (+%d never reading), %s at %d events/s: plain NATS p50 %v p99 %v; eventgate watch p50 %v p99 %v (%.1fx); fast watchers got %d/%d; process CPU %.0f%% (GOMAXPROCS %d), %d collections",
 		fanoutWatchers, fanoutSlow, dur, benchRate(), base.pct(0.5), base.pct(0.99), gw.pct(0.5), gw.pct(0.99),
-		ms(gw.pct(0.99))/max(ms(base.pct(0.99)), 0.001), received.Load(), sent, cpu, runtime.GOMAXPROCS(0))
+		ms(gw.pct(0.99))/max(ms(base.pct(0.99)), 0.001), received.Load(), sent, cpu, runtime.GOMAXPROCS(0), gcs)
 }
 
 // BenchmarkEmitToQueryable measures how long an acknowledged event takes to
