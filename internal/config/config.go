@@ -117,7 +117,7 @@ func Default() Config {
 		MaxBatch:          1000,
 		MaxRequestBytes:   4 << 20,
 		WatchBuffer:       4096,
-		GCPercent:         200,
+		GCPercent:         400,
 		ShutdownTimeout:   15 * time.Second,
 		LogLevel:          "info",
 		LogFormat:         "text",
