@@ -23,6 +23,15 @@ import (
 	"github.com/eventgate/eventgate/internal/series"
 )
 
+// upToHalfPayload is n, or half the connection's maximum payload if that is
+// less: room for a message's headers.
+func upToHalfPayload(nc *nats.Conn, n int) int {
+	if mp := int(nc.MaxPayload()); mp > 0 {
+		return min(n, mp/2)
+	}
+	return n
+}
+
 // Errors of Submit.
 var (
 	// ErrNotDurable: some occurrences of the batch may not be in the intake
@@ -100,20 +109,23 @@ func (s Stats) TotalWrites() uint64 {
 // partition of the log in the one replica that owns it. See the package
 // documentation.
 type Intake struct {
-	cfg     Config
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	log     *slog.Logger
-	m       *metrics
-	store   *store
-	stream  jetstream.Stream
-	events  jetstream.Stream
-	parts   []*partition
-	inbox   string
-	sub     *nats.Subscription
-	msub    *nats.Subscription
-	members *members
-	waitMax time.Duration // longest pull request
+	cfg   Config
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	log   *slog.Logger
+	m     *metrics
+	store *store
+	// batchBytes bounds a batched entry's data: maxBatchBytes, or half the
+	// connection's maximum payload if that is less.
+	batchBytes int
+	stream     jetstream.Stream
+	events     jetstream.Stream
+	parts      []*partition
+	inbox      string
+	sub        *nats.Subscription
+	msub       *nats.Subscription
+	members    *members
+	waitMax    time.Duration // longest pull request
 
 	mu       sync.Mutex
 	calls    map[uint64]*call
@@ -184,25 +196,23 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		return nil, fmt.Errorf("ensure checkpoint bucket %s: %w", cfg.Bucket, err)
 	}
 	if chunk <= 0 {
-		chunk = 512 << 10
-		if mp := int(nc.MaxPayload()); mp > 0 {
-			chunk = min(chunk, mp/2)
-		}
+		chunk = upToHalfPayload(nc, 512<<10)
 	}
 	in := &Intake{
-		cfg:     cfg,
-		nc:      nc,
-		js:      js,
-		log:     log,
-		m:       newMetrics(reg),
-		store:   &store{kv: kv, js: js, bucket: cfg.Bucket, chunkSize: chunk},
-		stream:  st,
-		events:  es,
-		inbox:   nc.NewInbox(),
-		calls:   make(map[uint64]*call),
-		stopped: make(chan struct{}),
-		waitMax: min(time.Second, cfg.PinnedTTL/4),
-		members: newMembers(cfg.Stream, min(time.Second, cfg.PinnedTTL/4)),
+		batchBytes: upToHalfPayload(nc, maxBatchBytes),
+		cfg:        cfg,
+		nc:         nc,
+		js:         js,
+		log:        log,
+		m:          newMetrics(reg),
+		store:      &store{kv: kv, js: js, bucket: cfg.Bucket, chunkSize: chunk},
+		stream:     st,
+		events:     es,
+		inbox:      nc.NewInbox(),
+		calls:      make(map[uint64]*call),
+		stopped:    make(chan struct{}),
+		waitMax:    min(time.Second, cfg.PinnedTTL/4),
+		members:    newMembers(cfg.Stream, min(time.Second, cfg.PinnedTTL/4)),
 	}
 	if err := in.store.checkMeta(ctx, cfg.Partitions); err != nil {
 		return nil, err
@@ -398,15 +408,15 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 	// An occurrence with a message id is an entry of its own: the stream's
 	// duplicate window deduplicates a retry of it, however the retry is
 	// batched. The others share one entry per partition (up to maxBatch
-	// occurrences or batchBytes): a batch costs the log, its owner and the
+	// occurrences or in.batchBytes): a batch costs the log, its owner and the
 	// connection one message instead of one per occurrence.
 	type pending struct {
-		m    *nats.Msg
-		idxs []int
+		m       *nats.Msg
+		idxs    []int
+		batched bool // HeaderBatch lists idxs; otherwise one occurrence under its message id
 	}
 	var entries []pending
 	open := make(map[int]int) // partition → index in entries of its open batch
-	limit := in.batchBytes()
 	newMsg := func(p int) *nats.Msg {
 		m := nats.NewMsg(in.cfg.subject(p))
 		m.Header.Set(HeaderReply, reply)
@@ -434,13 +444,13 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 			continue
 		}
 		j, ok := open[p]
-		if ok && (len(entries[j].idxs) >= maxBatch || len(entries[j].m.Data)+len(data)+binary.MaxVarintLen32 > limit) {
+		if ok && (len(entries[j].idxs) >= maxBatch || len(entries[j].m.Data)+len(data)+binary.MaxVarintLen32 > in.batchBytes) {
 			ok = false
 		}
 		if !ok {
 			j = len(entries)
 			open[p] = j
-			entries = append(entries, pending{m: newMsg(p)})
+			entries = append(entries, pending{m: newMsg(p), batched: true})
 		}
 		e := &entries[j]
 		e.m.Data = protowire.AppendBytes(e.m.Data, data)
@@ -449,7 +459,7 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 	futs := make([]jetstream.PubAckFuture, len(entries))
 	for k := range entries {
 		e := &entries[k]
-		if e.m.Header.Get(HeaderIndex) == "" {
+		if e.batched {
 			e.m.Header.Set(HeaderBatch, formatIndexes(e.idxs))
 		}
 		var err error

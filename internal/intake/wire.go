@@ -208,13 +208,6 @@ const (
 // position is the aggregator's position of occurrence k of entry seq.
 func position(seq uint64, k int) uint64 { return seq<<posShift | uint64(k) }
 
-func (in *Intake) batchBytes() int {
-	if mp := int(in.nc.MaxPayload()); mp > 0 {
-		return min(maxBatchBytes, mp/2)
-	}
-	return maxBatchBytes
-}
-
 func formatIndexes(idxs []int) string {
 	b := make([]byte, 0, 4*len(idxs))
 	for k, i := range idxs {
