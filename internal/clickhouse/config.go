@@ -43,10 +43,12 @@ type Config struct {
 	BatchSize int           `yaml:"batchSize"`
 	BatchWait time.Duration `yaml:"batchWait"`
 	// IngestNice is the Linux nice value (0..19; 0 = off, default 10 in
-	// DefaultConfig) of the thread on which the ingest consumer builds and
-	// encodes its batches for the embedded engine, so that the serving path
-	// gets the CPU first when it is saturated. Ignored with a DSN: the
-	// server does the work there.
+	// DefaultConfig) of the embedded engine's ingest, so that the serving
+	// path gets the CPU first when it is saturated: the thread on which the
+	// ingest consumer builds and encodes its batches, the engine's threads
+	// while they run an insert (chdb.Options.InsertNice) and its background
+	// threads, merges first (chdb.Options.BackgroundNice). Queries keep the
+	// normal priority. Ignored with a DSN: the server does the work there.
 	IngestNice int `yaml:"ingestNice"`
 }
 

@@ -85,7 +85,8 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 		}
 		t = gt
 	} else {
-		e, err := chdb.Open(chdb.Options{LibPath: cfg.ChDBLib, DataDir: cfg.DataDir, PoolSize: cfg.PoolSize})
+		e, err := chdb.Open(chdb.Options{LibPath: cfg.ChDBLib, DataDir: cfg.DataDir, PoolSize: cfg.PoolSize,
+			InsertNice: cfg.IngestNice, BackgroundNice: cfg.IngestNice})
 		if err != nil {
 			if errors.Is(err, chdb.ErrLibraryNotFound) {
 				return nil, fmt.Errorf("clickhouse: the embedded engine is not available: %w "+

@@ -244,7 +244,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.DurationVar(&c.ClickHouse.TTL, "clickhouse-ttl", c.ClickHouse.TTL, "how long ClickHouse keeps events (per-tenant overrides in the config file)")
 	fs.IntVar(&c.ClickHouse.BatchSize, "ingest-batch-size", c.ClickHouse.BatchSize, "events per ClickHouse insert")
 	fs.DurationVar(&c.ClickHouse.BatchWait, "ingest-batch-wait", c.ClickHouse.BatchWait, "longest wait before a partial batch is inserted")
-	fs.IntVar(&c.ClickHouse.IngestNice, "ingest-nice", c.ClickHouse.IngestNice, "nice value (0-19, 0 = off) of the thread that encodes the embedded ClickHouse's insert batches, so that emit and watch get the CPU first")
+	fs.IntVar(&c.ClickHouse.IngestNice, "ingest-nice", c.ClickHouse.IngestNice, "nice value (0-19, 0 = off) of the embedded ClickHouse's ingest (batch encoding, inserts, background merges), so that emit and watch get the CPU first")
 	fs.DurationVar(&c.Ingest.AckWait, "ingest-ack-wait", c.Ingest.AckWait, "how long an event handed to a gateway's ingest may stay unacknowledged before another gateway (or a restart) takes it over (default 60s)")
 	fs.DurationVar(&c.ReadyMaxIngestLag, "ready-max-ingest-lag", c.ReadyMaxIngestLag, "not ready while the oldest event not yet in ClickHouse is older than this")
 	fs.IntVar(&c.Events.MaxNoteBytes, "max-note-bytes", c.Events.MaxNoteBytes, "largest note accepted (up to 65536)")

@@ -126,6 +126,9 @@ type Intake struct {
 	msub       *nats.Subscription
 	members    *members
 	waitMax    time.Duration // longest pull request
+	// beforeSave, when set (tests), runs in a checkpoint's writer before
+	// it stores the checkpoint of partition p.
+	beforeSave atomic.Pointer[func(p int)]
 
 	mu       sync.Mutex
 	calls    map[uint64]*call

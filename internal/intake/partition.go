@@ -57,6 +57,7 @@ type partition struct {
 	ckptAt    time.Time
 	sinceCkpt int
 	pipe      *pipeline
+	ckpt      *ckptJob // the checkpoint being written, if any
 	lastStats series.Stats
 	// chain: the last delivery was a first delivery with consumer sequence
 	// chainDseq, already handled; the next one, if it has consumer sequence
@@ -291,7 +292,9 @@ func (pt *partition) drop() {
 		return
 	}
 	pt.pipe.close()
-	pt.pipe, pt.agg, pt.pin = nil, nil, ""
+	// A checkpoint still being written ends by itself: stored, or fenced
+	// off by the compare-and-set when someone claimed the head meanwhile.
+	pt.pipe, pt.agg, pt.pin, pt.ckpt = nil, nil, "", nil
 	pt.owned.Store(false)
 	pt.in.members.owned.Add(-1)
 	pt.in.m.owned.Dec()
@@ -386,7 +389,7 @@ loop:
 				break loop
 			}
 			if failed = pt.handle(ctx, msg); failed == nil && pt.sinceCkpt >= pt.in.cfg.CheckpointEntries {
-				failed = pt.checkpoint(ctx)
+				failed = pt.startCheckpoint(ctx)
 			}
 			if failed != nil {
 				drain(ctx, msgs)
@@ -408,11 +411,13 @@ loop:
 		pt.fetchFailed(ctx, err)
 	}
 	pt.maybeTick()
-	if time.Since(pt.ckptAt) >= pt.in.cfg.CheckpointInterval {
-		if err := pt.checkpoint(ctx); err != nil {
-			pt.resync(ctx, err)
-			return
-		}
+	err = pt.reapCheckpoint(ctx, false)
+	if err == nil && time.Since(pt.ckptAt) >= pt.in.cfg.CheckpointInterval {
+		err = pt.startCheckpoint(ctx)
+	}
+	if err != nil {
+		pt.resync(ctx, err)
+		return
 	}
 	pt.rebalance(ctx)
 }
@@ -625,42 +630,124 @@ func (pt *partition) publishEvent(ev *eventgatev1.Event, data []byte, reason, mi
 	return fut, nil
 }
 
-// checkpoint persists the aggregator, as the series protocol says: once
-// every write issued so far is acknowledged, its snapshot goes to the
+// A checkpoint persists the aggregator, as the series protocol says: once
+// every write issued before it is acknowledged, its snapshot goes to the
 // partition's head, compare-and-set on the revision this owner last wrote.
 // (The consumer acknowledges nothing: a takeover rewinds it to the head's
-// position.)
-func (pt *partition) checkpoint(ctx context.Context) error {
+// position.) Only the snapshot is taken on the owner's goroutine; the wait
+// for the writes and the stores run beside it (a ckptJob), so that the
+// partition's occurrences are not held up while its checkpoint is written:
+// at a high rate of distinct events a checkpoint carries megabytes of
+// singletons, and writing them took tens of milliseconds, during which
+// every occurrence of the partition waited. One checkpoint is written at a
+// time; the next one starts from the head it wrote.
+type ckptJob struct {
+	done  chan struct{} // closed when the job ended
+	start time.Time
+	// Set before done is closed: the new head and its revision, or why
+	// the checkpoint was not stored.
+	head head
+	rev  uint64
+	err  error
+}
+
+// ckptTimeout bounds the writing of one checkpoint. A checkpoint that does
+// not complete in time failed: the owner restores the previous one.
+const ckptTimeout = 30 * time.Second
+
+// startCheckpoint snapshots the aggregator and starts writing the
+// checkpoint, unless the position has not moved since the last one or a
+// checkpoint is still being written (a later call starts it then). It
+// returns the error of a checkpoint that failed since the last call: the
+// owner must then restore its previous checkpoint (resync), since the
+// aggregator counts what a checkpoint carried as persisted.
+func (pt *partition) startCheckpoint(ctx context.Context) error {
+	if err := pt.reapCheckpoint(ctx, false); err != nil || pt.ckpt != nil {
+		return err
+	}
 	pos := pt.agg.Position()
 	if pos == pt.ckptPos {
 		pt.ckptAt = time.Now()
 		return nil
 	}
-	start := time.Now()
-	if err := pt.pipe.waitAcked(ctx); err != nil {
-		return fmt.Errorf("writes not acknowledged: %w", err)
-	}
 	// Incremental: the singletons created since the previous checkpoint,
-	// the series, and which earlier segments still count. A failure below
-	// makes the owner restore the previous checkpoint (resync), which the
-	// aggregator's notion of what is persisted requires.
+	// the series, and which earlier segments still count.
+	issued := pt.pipe.issued
 	cp, err := pt.agg.Checkpoint()
 	if err != nil {
 		return err
 	}
-	h, rev, err := pt.in.store.save(ctx, pt.p, cp, pt.head, pos, pt.seq, pt.pin, pt.rev)
-	if err != nil {
+	job := &ckptJob{done: make(chan struct{}), start: time.Now()}
+	pt.ckpt = job
+	pt.ckptPos, pt.ckptAt, pt.sinceCkpt = pos, time.Now(), 0
+	prev, rev, seq, pin, pipe := pt.head, pt.rev, pt.seq, pt.pin, pt.pipe
+	// Not the run's context: a checkpoint under way when the replica stops
+	// completes, and the handover's checkpoint follows it.
+	jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ckptTimeout)
+	go func() {
+		defer close(job.done)
+		defer cancel()
+		if err := pipe.waitAcked(jctx, issued); err != nil {
+			job.err = fmt.Errorf("writes not acknowledged: %w", err)
+			return
+		}
+		if f := pt.in.beforeSave.Load(); f != nil {
+			(*f)(pt.p)
+		}
+		h, r, err := pt.in.store.save(jctx, pt.p, cp, prev, pos, seq, pin, rev)
+		if err != nil {
+			job.err = err
+			return
+		}
+		job.head, job.rev = h, r
+		if err := pt.in.store.purgeGens(jctx, pt.p, garbage(prev, h)); err != nil {
+			pt.log.Warn("purge old checkpoint chunks", "err", err)
+		}
+		pt.in.m.checkpoint.Observe(time.Since(job.start).Seconds())
+		pt.in.addStats(func(s *Stats) { s.Checkpoints++ })
+	}()
+	return nil
+}
+
+// reapCheckpoint takes in the checkpoint being written, if any, once it has
+// ended: at once, or (wait) when it ends. It returns the checkpoint's error
+// (see startCheckpoint), or ctx's when ctx ends first.
+func (pt *partition) reapCheckpoint(ctx context.Context, wait bool) error {
+	job := pt.ckpt
+	if job == nil {
+		return nil
+	}
+	if wait {
+		select {
+		case <-job.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	} else {
+		select {
+		case <-job.done:
+		default:
+			return nil
+		}
+	}
+	pt.ckpt = nil
+	if job.err != nil {
+		return job.err
+	}
+	pt.head, pt.rev = job.head, job.rev
+	return nil
+}
+
+// checkpoint writes a checkpoint of where the partition stands now and
+// waits for it (and for the one being written, if any).
+func (pt *partition) checkpoint(ctx context.Context) error {
+	if err := pt.reapCheckpoint(ctx, true); err != nil {
 		return err
 	}
-	gone := garbage(pt.head, h)
-	pt.head, pt.rev = h, rev
-	pt.ckptPos, pt.ckptAt, pt.sinceCkpt = pos, time.Now(), 0
-	if err := pt.in.store.purgeGens(ctx, pt.p, gone); err != nil {
-		pt.log.Warn("purge old checkpoint chunks", "err", err)
+	if err := pt.startCheckpoint(ctx); err != nil {
+		return err
 	}
-	pt.in.m.checkpoint.Observe(time.Since(start).Seconds())
-	pt.in.addStats(func(s *Stats) { s.Checkpoints++ })
-	return nil
+	return pt.reapCheckpoint(ctx, true)
 }
 
 // resync recovers from cause while owning: a gap is mended by rewinding the

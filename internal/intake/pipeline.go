@@ -64,10 +64,9 @@ func (p *pipeline) add(it item) {
 // close lets the pipeline finish what it has and end.
 func (p *pipeline) close() { close(p.items) }
 
-// waitAcked waits until every publish issued so far is acknowledged, or
-// one failed.
-func (p *pipeline) waitAcked(ctx context.Context) error {
-	n := p.issued
+// waitAcked waits until the first n publishes issued are acknowledged, or
+// one failed. Any goroutine; n is a value of issued.
+func (p *pipeline) waitAcked(ctx context.Context, n uint64) error {
 	for {
 		p.mu.Lock()
 		err, acked, ch := p.err, p.acked, p.progress

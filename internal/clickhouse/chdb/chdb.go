@@ -141,6 +141,19 @@ type Options struct {
 	DataDir string
 	// PoolSize is the number of connections; 0 means DefaultPoolSize.
 	PoolSize int
+	// InsertNice, when above 0, is the Linux nice value (up to 19) of the
+	// engine's threads while they run an InsertFile statement and its
+	// materialized views (the os_thread_priority setting: the engine sets
+	// it on the threads it attaches to the statement and restores them
+	// after, which needs CAP_SYS_NICE; without it the setting does
+	// nothing).
+	InsertNice int
+	// BackgroundNice, when above 0, is the Linux nice value (up to 19) of
+	// the engine's background threads: merges, moves and their schedulers
+	// (BackgroundThreads). They serve no statement, so that the engine's
+	// own upkeep yields to the process's other work when the CPUs are
+	// saturated. Raising a nice value needs no privilege.
+	BackgroundNice int
 }
 
 // Result is the outcome of one statement.
@@ -163,6 +176,8 @@ type Engine struct {
 
 	pool chan *conn
 	size int
+
+	insertSettings string // appended to InsertFile's SETTINGS
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -248,6 +263,12 @@ func Open(opts Options) (*Engine, error) {
 	}
 	for _, c := range conns {
 		e.pool <- c
+	}
+	if n := min(opts.InsertNice, 19); n > 0 {
+		e.insertSettings = ", os_thread_priority = " + strconv.Itoa(n)
+	}
+	if n := min(opts.BackgroundNice, 19); n > 0 {
+		go e.reniceLoop(n)
 	}
 	proc.dataDir = dataDir
 	proc.engines++
@@ -419,6 +440,7 @@ func (e *Engine) InsertFileResult(ctx context.Context, table string, columns []s
 	sb.WriteString(" SELECT * FROM file({eg_path:String}, {eg_format:String})")
 	// Each file is read once: keep its schema out of the inference cache.
 	sb.WriteString(" SETTINGS schema_inference_use_cache_for_file = 0")
+	sb.WriteString(e.insertSettings)
 
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -1,0 +1,91 @@
+package chdb
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// backgroundNices returns the nice value of every background engine thread
+// of this process.
+func backgroundNices(t *testing.T) map[int]int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nices := map[int]int{}
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(task.Name())
+		comm, err := os.ReadFile("/proc/self/task/" + task.Name() + "/comm")
+		if err != nil || !isBackground(strings.TrimSpace(string(comm))) {
+			continue
+		}
+		prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+		if err != nil {
+			continue // the thread ended
+		}
+		nices[tid] = 20 - prio
+	}
+	return nices
+}
+
+// TestThreadPriorities: with BackgroundNice, every background engine thread
+// (merges, moves, schedulers) ends up at that nice value; with InsertNice,
+// InsertFile statements, materialized views included, run with
+// os_thread_priority set to it.
+func TestThreadPriorities(t *testing.T) {
+	engine(t)
+	e, err := Open(Options{DataDir: testDataDir, PoolSize: 1, InsertNice: 9, BackgroundNice: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+
+	mustExec(t, e, "CREATE TABLE prio_in (id UInt64) ENGINE = Null")
+	defer mustExec(t, e, "DROP TABLE prio_in")
+	mustExec(t, e, "CREATE TABLE prio_out (id UInt64, prio Int64) ENGINE = MergeTree ORDER BY id")
+	defer mustExec(t, e, "DROP TABLE prio_out")
+	mustExec(t, e, "CREATE MATERIALIZED VIEW prio_mv TO prio_out AS SELECT id, toInt64(getSetting('os_thread_priority')) AS prio FROM prio_in")
+	defer mustExec(t, e, "DROP VIEW prio_mv")
+	for i := range 3 { // parts to merge: background threads at work
+		if err := e.InsertFile(ctx, "prio_in", nil, "JSONEachRow", []byte(`{"id":`+strconv.Itoa(i)+`}`+"\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := e.Query(ctx, "SELECT groupUniqArray(prio), count() FROM prio_out", "TSV")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); got != "[9]\t3" {
+		t.Errorf("os_thread_priority seen by the inserts' view: %q, want [9] for all 3 rows", got)
+	}
+	// A query is not an insert: it keeps the default.
+	if out, err := e.Query(ctx, "SELECT getSetting('os_thread_priority')", "TSV"); err != nil || strings.TrimSpace(string(out)) != "0" {
+		t.Errorf("os_thread_priority of a query: %q, %v; want 0", out, err)
+	}
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		nices := backgroundNices(t)
+		low := 0
+		for _, n := range nices {
+			if n < 7 {
+				low++
+			}
+		}
+		if len(nices) > 0 && low == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("background threads (tid: nice) %v: want all at nice 7 or above", nices)
+		}
+		time.Sleep(reniceInterval / 4)
+	}
+}
