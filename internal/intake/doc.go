@@ -64,11 +64,12 @@
 // of event.SubjectOf with Nats-Msg-Id = Write.ID(), headers
 // Eventgate-Write-Reason and Eventgate-Series-Minutes, and the intake
 // entry's traceparent on the entry's own Created or Started write. Every
-// CheckpointInterval (or CheckpointEntries entries) the owner waits until
-// every write issued so far is acknowledged, then compare-and-sets the
-// head with a new checkpoint. A failed write or a failed compare-and-set makes the
-// owner check its pin and restore the checkpoint (steps 1–3) or give the
-// partition up. The consumer acknowledges nothing (AckNone): a takeover
+// CheckpointInterval (or CheckpointEntries entries) the owner snapshots
+// its aggregator and goes on folding, while the checkpoint is written
+// beside it (one at a time): once every write issued before the snapshot
+// is acknowledged, its chunks are stored and the head compare-and-set.
+// A failed write or a failed compare-and-set makes the owner check its pin
+// and restore the checkpoint (steps 1–3) or give the partition up. The consumer acknowledges nothing (AckNone): a takeover
 // rewinds it to the checkpoint anyway, so acknowledgements would say
 // nothing the head does not, while AckAll would add redeliveries out of
 // order, MaxAckPending stalls and, after a rewind, acknowledgements of a
