@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -80,6 +81,17 @@ func (a *Aggregator) Snapshot() ([]byte, error) {
 // appendEntries appends e and the entries after it as snapshot entries,
 // calling visit (when not nil) with each.
 func appendEntries(b []byte, e *entry, visit func(*entry)) ([]byte, error) {
+	// Room for them all at once: a segment carries megabytes of encoded
+	// singletons, and growing it by appends copied it several times.
+	// (An event not held encoded is counted at a guess.)
+	size := 0
+	for x := e; x != nil; x = x.next {
+		size += len(x.raw) + len(x.note) + 64 + 3*len(x.pending)
+		if x.raw == nil {
+			size += 512
+		}
+	}
+	b = slices.Grow(b, size)
 	var ev, eb []byte
 	for ; e != nil; e = e.next {
 		var err error
