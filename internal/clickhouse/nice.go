@@ -6,6 +6,8 @@ import (
 	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
 )
 
 // niceThread runs functions one at a time on a dedicated OS thread whose
@@ -59,31 +61,14 @@ func (t *niceThread) run(ready chan<- error) {
 		return
 	}
 	t.tid = unix.Gettid()
-	if err := raiseNice(t.tid, t.nice); err != nil {
-		ready <- err
+	if _, err := chdb.RaiseNice(t.tid, t.nice); err != nil {
+		ready <- fmt.Errorf("clickhouse: ingest thread: %w", err)
 		return
 	}
 	ready <- nil
 	for f := range t.jobs {
 		f()
 	}
-}
-
-// raiseNice sets thread tid's nice value to nice unless it is already at
-// least nice (lowering it would need CAP_SYS_NICE).
-func raiseNice(tid, nice int) error {
-	// getpriority(2) returns 20 - nice on Linux.
-	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
-	if err != nil {
-		return fmt.Errorf("clickhouse: ingest thread priority: %w", err)
-	}
-	if 20-prio >= nice {
-		return nil
-	}
-	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
-		return fmt.Errorf("clickhouse: raise ingest thread nice value to %d: %w", nice, err)
-	}
-	return nil
 }
 
 // do runs f on the thread and returns its error, or ctx.Err() if ctx ends

@@ -1,6 +1,7 @@
 package chdb
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -51,16 +52,29 @@ func reniceBackground(nice int) int {
 		if err != nil || !isBackground(strings.TrimSpace(string(comm))) {
 			continue
 		}
-		// getpriority(2) returns 20 - nice on Linux.
-		prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
-		if err != nil || 20-prio >= nice {
-			continue
-		}
-		if unix.Setpriority(unix.PRIO_PROCESS, tid, nice) == nil {
+		if changed, err := RaiseNice(tid, nice); err == nil && changed {
 			n++
 		}
 	}
 	return n
+}
+
+// RaiseNice sets Linux thread tid's nice value to nice unless it is
+// already at least nice (lowering it would need CAP_SYS_NICE), and reports
+// whether it changed it.
+func RaiseNice(tid, nice int) (bool, error) {
+	// getpriority(2) returns 20 - nice on Linux.
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	if err != nil {
+		return false, fmt.Errorf("thread %d priority: %w", tid, err)
+	}
+	if 20-prio >= nice {
+		return false, nil
+	}
+	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
+		return false, fmt.Errorf("raise thread %d nice value to %d: %w", tid, nice, err)
+	}
+	return true, nil
 }
 
 func isBackground(name string) bool {
