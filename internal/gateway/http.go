@@ -66,6 +66,13 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		writeStatus(w, st)
 		return
 	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && len(st.Details()) == 0 {
+		// A query parameter the request cannot take (strictQuery): name it.
+		if qst, ok := queryParamStatus(st.Message()); ok {
+			writeStatus(w, qst)
+			return
+		}
+	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
@@ -144,6 +151,7 @@ func writeStatus(w http.ResponseWriter, st *status.Status) {
 }
 
 func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
+	useStrictQuery()
 	gw := runtime.NewServeMux(
 		runtime.WithErrorHandler(errorHandler),
 		runtime.WithRoutingErrorHandler(routingErrorHandler),
@@ -353,7 +361,12 @@ func watchHandler(gw *runtime.ServeMux, client eventgatev1.EventServiceClient) h
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := &eventgatev1.StreamWatchRequest{}
 		if err := runtime.PopulateQueryParameters(req, r.URL.Query(), utilities.NewDoubleArray(nil)); err != nil {
-			writeStatus(w, status.Newf(codes.InvalidArgument, "query parameters: %v", err))
+			st := status.Newf(codes.InvalidArgument, "query parameters: %v", err)
+			var qe *queryParamError
+			if errors.As(err, &qe) {
+				st = qe.status()
+			}
+			writeStatus(w, st)
 			return
 		}
 		ctx, err := runtime.AnnotateContext(r.Context(), gw, r, "/eventgate.v1.EventService/StreamWatch", runtime.WithHTTPPathPattern("/v1/events:watch"))

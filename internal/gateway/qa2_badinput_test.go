@@ -1,0 +1,91 @@
+package gateway
+
+import (
+	"net/http"
+	"testing"
+)
+
+// qa2Fields are the fields of a REST error body's google.rpc.BadRequest.
+func qa2Fields(m map[string]any) []string {
+	var fields []string
+	details, _ := m["details"].([]any)
+	for _, d := range details {
+		dm, _ := d.(map[string]any)
+		vs, _ := dm["fieldViolations"].([]any)
+		for _, v := range vs {
+			vm, _ := v.(map[string]any)
+			if f, ok := vm["field"].(string); ok {
+				fields = append(fields, f)
+			}
+		}
+	}
+	return fields
+}
+
+// TestQA2RESTUnknownQueryParameter: a query parameter that is no field of the
+// request (Query's "reason" on the watch, which spells it "reasons"; a
+// misspelled selector field; "pageSize" on the timeline, which says "limit")
+// is 400 naming it. It was ignored: the watch streamed every event, the query
+// answered every event, as if no filter had been asked for.
+func TestQA2RESTUnknownQueryParameter(t *testing.T) {
+	tg := startGateway(t, nil)
+	emit(t, tg.client, testEvent("Seen", "Pod", "ns", "p"))
+	for _, c := range []struct{ path, field string }{
+		{"/v1/events?kind=Pod", "kind"},
+		{"/v1/events?regarding.kind=Pod&regarding.bogus=1", "regarding.bogus"},
+		{"/v1/events?labels.app=web", "labels.app"},
+		{"/v1/events?reason.x=1", "reason.x"},
+		{"/v1/events?tenant[x]=1", "tenant[x]"},
+		{"/v1/events/abc?reason=A", "reason"},
+		{"/v1/namespaces/ns/events/abc?bogus=1", "bogus"},
+		{"/v1/events:watch?resourceVersion=0&reason=Nope", "reason"},
+		{"/v1/events:watch?resourceVersion=0&type=Nope", "type"},
+		{"/v1/analytics/timeline?involving.kind=Pod&involving.name=p&pageSize=-3", "pageSize"},
+		{"/v1/analytics/top?dimension=reason&dimensions=type", "dimensions"},
+	} {
+		code, _, m := qaDo(t, http.MethodGet, tg.httpURL+c.path, "", nil)
+		if f := qa2Fields(m); code != http.StatusBadRequest || len(f) != 1 || f[0] != c.field {
+			t.Errorf("GET %s: %d %v, want 400 naming %s", c.path, code, m, c.field)
+		}
+	}
+	// Both spellings of a field, path parameters, map entries and nested
+	// fields are parameters; one field set twice is refused.
+	for _, p := range []string{
+		"/v1/events?page_size=5&regarding.kind=Pod&labels[app]=web&tenant.type=global",
+		"/v1/events?pageSize=5&reporting_controller=x&field_selector=type%3DNormal",
+		"/v1/events?since=2026-01-01T00:00:00Z&order=ORDER_OLDEST_FIRST",
+		"/v1/analytics/top?dimension=reason&limit=3",
+	} {
+		if code, _, m := qaDo(t, http.MethodGet, tg.httpURL+p, "", nil); code != http.StatusOK {
+			t.Errorf("GET %s: %d %v, want 200", p, code, m)
+		}
+	}
+	if code, _, m := qaDo(t, http.MethodGet, tg.httpURL+"/v1/events?pageSize=5&page_size=6", "", nil); code != http.StatusBadRequest || len(qa2Fields(m)) != 1 {
+		t.Errorf("pageSize and page_size: %d %v, want 400 naming one", code, m)
+	}
+}
+
+// TestQA2RESTQueryParameterDecodeError: a query parameter whose value does
+// not decode (a page size that is no number, an unknown order, a time or
+// duration in another format) is 400 with a google.rpc.BadRequest naming the
+// parameter, as every other invalid request; the body had only a message.
+func TestQA2RESTQueryParameterDecodeError(t *testing.T) {
+	tg := startGateway(t, nil)
+	for _, c := range []struct{ path, field string }{
+		{"/v1/events?pageSize=abc", "pageSize"},
+		{"/v1/events?page_size=99999999999", "page_size"},
+		{"/v1/events?order=BOGUS", "order"},
+		{"/v1/events?since=yesterday", "since"},
+		{"/v1/events?regarding=Pod", "regarding"},
+		{"/v1/events/abc?tenant.type=a&tenant.type=b", "tenant.type"},
+		{"/v1/events:watch?bookmarkInterval=1", "bookmarkInterval"},
+		{"/v1/events:watch?apiGroup=a&apiGroup=b", "apiGroup"},
+		{"/v1/analytics/histogram?bucket=5", "bucket"},
+		{"/v1/analytics/top?dimension=reason&limit=x", "limit"},
+	} {
+		code, _, m := qaDo(t, http.MethodGet, tg.httpURL+c.path, "", nil)
+		if f := qa2Fields(m); code != http.StatusBadRequest || len(f) != 1 || f[0] != c.field {
+			t.Errorf("GET %s: %d %v, want 400 naming %s", c.path, code, m, c.field)
+		}
+	}
+}
