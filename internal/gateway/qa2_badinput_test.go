@@ -1,8 +1,13 @@
 package gateway
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 )
 
 // qa2Fields are the fields of a REST error body's google.rpc.BadRequest.
@@ -87,5 +92,45 @@ func TestQA2RESTQueryParameterDecodeError(t *testing.T) {
 		if f := qa2Fields(m); code != http.StatusBadRequest || len(f) != 1 || f[0] != c.field {
 			t.Errorf("GET %s: %d %v, want 400 naming %s", c.path, code, m, c.field)
 		}
+	}
+}
+
+// TestQA2QueryFilterFieldNamed: a query filter the store cannot take (a
+// label with an empty key, more values in one filter than a query may
+// bind) is InvalidArgument naming the request's field, on Query and on
+// analytics alike; it named "query" (and the store's labels[0], not the
+// request's labels map).
+func TestQA2QueryFilterFieldNamed(t *testing.T) {
+	tg := startGateway(t, nil)
+	many := make([]string, 1001)
+	for i := range many {
+		many[i] = fmt.Sprint("r", i)
+	}
+	for field, req := range map[string]*eventgatev1.QueryRequest{
+		"labels":            {Labels: map[string]string{"": "x"}},
+		"reason":            {Reason: many},
+		"reportingInstance": {ReportingInstance: many},
+		"labels, app":       {Labels: map[string]string{"app": "web", "": "y"}},
+	} {
+		_, err := tg.client.Query(context.Background(), req)
+		want := strings.Split(field, ",")[0]
+		if f := fieldViolations(t, err); len(f) != 1 || f[0] != want {
+			t.Errorf("query %s: fields %v, want %s", field, f, want)
+		}
+	}
+	for path, field := range map[string]string{
+		"/v1/events?labels[]=x":                               "labels",
+		"/v1/analytics/top?dimension=reason&labels[]=x":       "labels",
+		"/v1/analytics/timeline?involving.uid=u&labels[]=x":   "labels",
+		"/v1/events?reason=" + strings.Join(many, "&reason="): "reason",
+	} {
+		code, _, m := qaDo(t, http.MethodGet, tg.httpURL+path, "", nil)
+		if f := qa2Fields(m); code != http.StatusBadRequest || len(f) != 1 || f[0] != field {
+			t.Errorf("GET %.80s: %d %v, want 400 naming %s", path, code, m, field)
+		}
+	}
+	// At the bound, the query runs.
+	if _, err := tg.client.Query(context.Background(), &eventgatev1.QueryRequest{Reason: many[:1000]}); err != nil {
+		t.Fatalf("1000 reasons: %v", err)
 	}
 }

@@ -127,6 +127,10 @@ func tenantRef(t *eventgatev1.Tenant) (*clickhouse.TenantRef, error) {
 	return ref, nil
 }
 
+// maxQueryValues is the most values one filter field may list: the store's
+// bound on the values of a whole query, which it refuses naming no field.
+const maxQueryValues = 1000
+
 // queryFromRequest builds the store query. empty reports a filter that can
 // match nothing (e.g. reason=A in one place and reason=B in another).
 func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty bool, err error) {
@@ -144,6 +148,21 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 			}
 		}
 		return set
+	}
+	var vs []event.Violation
+	for _, set := range []struct {
+		field string
+		vals  []string
+	}{
+		{"type", req.GetType()}, {"reason", req.GetReason()}, {"action", req.GetAction()},
+		{"reportingController", req.GetReportingController()}, {"reportingInstance", req.GetReportingInstance()},
+	} {
+		if len(set.vals) > maxQueryValues {
+			vs = append(vs, event.Violation{Field: set.field, Description: fmt.Sprintf("must have at most %d values, got %d", maxQueryValues, len(set.vals))})
+		}
+	}
+	if len(vs) > 0 {
+		return q, false, &InvalidError{Violations: vs}
 	}
 	f.Namespace = in(req.GetNamespace())
 	f.Type = in(req.GetType()...)
@@ -167,7 +186,13 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	if len(keys) > maxQueryValues/2 {
+		return q, false, invalid("labels", "must have at most %d entries, got %d", maxQueryValues/2, len(keys))
+	}
 	for _, k := range keys {
+		if k == "" {
+			return q, false, invalid("labels", "keys must not be empty")
+		}
 		f.Labels = append(f.Labels, clickhouse.LabelReq{Key: k, Op: "=", Values: []string{req.GetLabels()[k]}})
 	}
 	// Bounds outside the times events may have (event.MinTime, MaxTime) are
