@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/status"
+
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 )
 
@@ -132,5 +134,14 @@ func TestQA2QueryFilterFieldNamed(t *testing.T) {
 	// At the bound, the query runs.
 	if _, err := tg.client.Query(context.Background(), &eventgatev1.QueryRequest{Reason: many[:1000]}); err != nil {
 		t.Fatalf("1000 reasons: %v", err)
+	}
+	// No field is over its bound but the filter as a whole is: the store
+	// refuses it as "query", saying so once.
+	_, err := tg.client.Query(context.Background(), &eventgatev1.QueryRequest{Reason: many[:600], Action: many[:600]})
+	if f := fieldViolations(t, err); len(f) != 1 || f[0] != "query" {
+		t.Errorf("600 reasons and 600 actions: fields %v, want query", f)
+	}
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "1200 values") || strings.Count(msg, "invalid query") != 1 {
+		t.Errorf("600 reasons and 600 actions: message %q, want the count, and \"invalid query\" once", msg)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -79,7 +80,10 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	case errors.Is(err, clickhouse.ErrBadPageToken):
 		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "pageToken", Description: "is not a token this query issued"}}})
 	case errors.Is(err, clickhouse.ErrInvalidQuery):
-		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "query", Description: err.Error()}}})
+		// The store's refusal of the filter as a whole (the service names
+		// the field itself where one field is at fault).
+		desc := strings.TrimPrefix(err.Error(), clickhouse.ErrInvalidQuery.Error()+": ")
+		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "query", Description: desc}}})
 	case errors.Is(err, jetstream.ErrTooOld):
 		return status.Errorf(codes.OutOfRange, "%v: list again and watch from the list's resourceVersion", err)
 	case errors.Is(err, jetstream.ErrFuture):
