@@ -185,6 +185,15 @@ func BenchmarkWatchFanout(b *testing.B) {
 		conns = append(conns, conn)
 	}
 	var gw latencies
+	// Every 10th delivery: its resourceVersion (the stream sequence) and
+	// when it arrived, to measure delivery from the stream (stored →
+	// watcher) apart from the emit and the series path.
+	type arrival struct {
+		seq uint64
+		at  time.Time
+	}
+	var arrivalsMu sync.Mutex
+	var arrivals []arrival
 	var received atomic.Int64
 	var wg sync.WaitGroup
 	for i := 0; i < fanoutWatchers+fanoutSlow; i++ {
@@ -212,8 +221,14 @@ func BenchmarkWatchFanout(b *testing.B) {
 				if err != nil {
 					return
 				}
-				gw.add(time.Since(r.Object.EventTime.AsTime()))
-				received.Add(1)
+				now := time.Now()
+				gw.add(now.Sub(r.Object.EventTime.AsTime()))
+				if n := received.Add(1); n%10 == 0 {
+					seq, _ := strconv.ParseUint(r.Object.ResourceVersion, 10, 64)
+					arrivalsMu.Lock()
+					arrivals = append(arrivals, arrival{seq, now})
+					arrivalsMu.Unlock()
+				}
 			}
 		}()
 	}
@@ -300,6 +315,24 @@ func BenchmarkWatchFanout(b *testing.B) {
 	}
 	cancel()
 	wg.Wait()
+	// Stored → watcher, from the stream's own timestamp of each sampled
+	// event (the same clock: one process).
+	var fromStream latencies
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		st, err := tg.js.Stream(ctx, tg.cfg.NATS.Stream)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, a := range arrivals {
+			m, err := st.GetMsg(ctx, a.seq)
+			if err != nil {
+				b.Fatalf("stored event %d: %v", a.seq, err)
+			}
+			fromStream.add(a.at.Sub(m.Time))
+		}
+	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(float64(sent)/dur.Seconds(), "events/s")
 	b.ReportMetric(ms(base.pct(0.5)), "nats_p50_ms")
@@ -307,11 +340,14 @@ func BenchmarkWatchFanout(b *testing.B) {
 	b.ReportMetric(ms(gw.pct(0.5)), "watch_p50_ms")
 	b.ReportMetric(ms(gw.pct(0.99)), "watch_p99_ms")
 	b.ReportMetric(ms(gw.pct(0.99))/max(ms(base.pct(0.99)), 0.001), "p99_ratio")
+	b.ReportMetric(ms(fromStream.pct(0.99)), "stored_watch_p99_ms")
+	b.ReportMetric(ms(fromStream.pct(0.99))/max(ms(base.pct(0.99)), 0.001), "stored_p99_ratio")
 	b.ReportMetric(cpu, "cpu_%")
 	b.ReportMetric(float64(gcs), "gc_cycles")
-	b.Logf("%d watchers (+%d never reading), %s at %d events/s: plain NATS p50 %v p99 %v; eventgate watch p50 %v p99 %v (%.1fx); fast watchers got %d/%d; process CPU %.0f%% (GOMAXPROCS %d), %d collections",
+	b.Logf("%d watchers (+%d never reading), %s at %d events/s: plain NATS p50 %v p99 %v; eventgate watch p50 %v p99 %v (%.1fx); stored→watch (every 10th) p50 %v p99 %v (%.1fx); fast watchers got %d/%d; process CPU %.0f%% (GOMAXPROCS %d), %d collections",
 		fanoutWatchers, fanoutSlow, dur, benchRate(), base.pct(0.5), base.pct(0.99), gw.pct(0.5), gw.pct(0.99),
-		ms(gw.pct(0.99))/max(ms(base.pct(0.99)), 0.001), received.Load(), sent, cpu, runtime.GOMAXPROCS(0), gcs)
+		ms(gw.pct(0.99))/max(ms(base.pct(0.99)), 0.001), fromStream.pct(0.5), fromStream.pct(0.99),
+		ms(fromStream.pct(0.99))/max(ms(base.pct(0.99)), 0.001), received.Load(), sent, cpu, runtime.GOMAXPROCS(0), gcs)
 }
 
 // BenchmarkEmitToQueryable measures how long an acknowledged event takes to
