@@ -50,10 +50,7 @@ func TestQA2RESTUnknownQueryParameter(t *testing.T) {
 		{"/v1/analytics/timeline?involving.kind=Pod&involving.name=p&pageSize=-3", "pageSize"},
 		{"/v1/analytics/top?dimension=reason&dimensions=type", "dimensions"},
 	} {
-		code, _, m := qaDo(t, http.MethodGet, tg.httpURL+c.path, "", nil)
-		if f := qa2Fields(m); code != http.StatusBadRequest || len(f) != 1 || f[0] != c.field {
-			t.Errorf("GET %s: %d %v, want 400 naming %s", c.path, code, m, c.field)
-		}
+		qa2WantBadParam(t, tg, c.path, c.field)
 	}
 	// Both spellings of a field, path parameters, map entries and nested
 	// fields are parameters; one field set twice is refused.
@@ -90,10 +87,7 @@ func TestQA2RESTQueryParameterDecodeError(t *testing.T) {
 		{"/v1/analytics/histogram?bucket=5", "bucket"},
 		{"/v1/analytics/top?dimension=reason&limit=x", "limit"},
 	} {
-		code, _, m := qaDo(t, http.MethodGet, tg.httpURL+c.path, "", nil)
-		if f := qa2Fields(m); code != http.StatusBadRequest || len(f) != 1 || f[0] != c.field {
-			t.Errorf("GET %s: %d %v, want 400 naming %s", c.path, code, m, c.field)
-		}
+		qa2WantBadParam(t, tg, c.path, c.field)
 	}
 }
 
@@ -143,5 +137,14 @@ func TestQA2QueryFilterFieldNamed(t *testing.T) {
 	}
 	if msg := status.Convert(err).Message(); !strings.Contains(msg, "1200 values") || strings.Count(msg, "invalid query") != 1 {
 		t.Errorf("600 reasons and 600 actions: message %q, want the count, and \"invalid query\" once", msg)
+	}
+}
+
+// qa2WantBadParam checks that GET path is a 400 naming field.
+func qa2WantBadParam(t *testing.T, tg *testGateway, path, field string) {
+	t.Helper()
+	code, _, m := qaDo(t, http.MethodGet, tg.httpURL+path, "", nil)
+	if f := qa2Fields(m); code != http.StatusBadRequest || len(f) != 1 || f[0] != field {
+		t.Errorf("GET %s: %d %v, want 400 naming %s", path, code, m, field)
 	}
 }
