@@ -139,8 +139,9 @@ const (
 	MaxPageSize     = 1000
 )
 
-// maxFilterValues bounds the values of one filter (each is a parameter).
-const maxFilterValues = 1000
+// MaxFilterValues bounds the values of a query's filter, all its fields
+// together (each value is a parameter).
+const MaxFilterValues = 1000
 
 // resultColumns are what Query and Get read back.
 const resultColumns = "seq, raw, toInt64(toUnixTimestamp64Micro(event_time)) AS t_us, uid, " +
@@ -519,8 +520,8 @@ func validateFilter(f Filter) error {
 		}
 		n += 1 + len(l.Values)
 	}
-	if n > maxFilterValues {
-		return fmt.Errorf("%w: the filter has %d values, more than %d", ErrInvalidQuery, n, maxFilterValues)
+	if n > MaxFilterValues {
+		return fmt.Errorf("%w: the filter has %d values, more than %d", ErrInvalidQuery, n, MaxFilterValues)
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
 		return fmt.Errorf("%w: since (%s) must be before until (%s)", ErrInvalidQuery,

@@ -353,7 +353,7 @@ func TestInvalidFilters(t *testing.T) {
 			{Labels: []LabelReq{{"app", "in", nil}}},
 			{Labels: []LabelReq{{"app", "exists", []string{"a"}}}},
 			{Since: at(5), Until: at(1)},
-			{Reason: StringSet{In: make([]string, maxFilterValues+1)}},
+			{Reason: StringSet{In: make([]string, MaxFilterValues+1)}},
 		} {
 			if _, err := s.Query(context.Background(), Query{Scope: all, Filter: f}, 10); !errors.Is(err, ErrInvalidQuery) {
 				t.Errorf("filter %+v: %v, want ErrInvalidQuery", f, err)

@@ -50,10 +50,10 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	if st, ok := status.FromError(err); ok && st.Code() == codes.OutOfRange {
 		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusGone, Err: err}
 	}
-	if bodyTooLarge(r) {
+	if lb := limitedBodyOf(r); lb != nil && lb.exceeded.Load() {
 		// A body without a Content-Length that ran over the limit while it
 		// was read: the decoder's error is 413, not 400.
-		writeTooLarge(w, maxBody(r))
+		writeStatusCode(w, http.StatusRequestEntityTooLarge, status.Newf(codes.ResourceExhausted, "request body is larger than the limit of %d bytes", lb.max))
 		return
 	}
 	if derr := bodyDecodeError(r); derr != nil && status.Code(err) == codes.InvalidArgument {
@@ -114,14 +114,7 @@ func writeMethodNotAllowed(w http.ResponseWriter, r *http.Request, allow string)
 	if allow != "" {
 		w.Header().Set("Allow", allow)
 	}
-	st := status.Newf(codes.Unimplemented, "method %s is not allowed on %s", r.Method, r.URL.Path)
-	b, err := jsonOut.Marshal(st.Proto())
-	if err != nil {
-		b = []byte(`{"code":12,"message":"method not allowed"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusMethodNotAllowed)
-	_, _ = w.Write(append(b, '\n'))
+	writeStatusCode(w, http.StatusMethodNotAllowed, status.Newf(codes.Unimplemented, "method %s is not allowed on %s", r.Method, r.URL.Path))
 }
 
 // only serves h for method (and HEAD with GET) and answers 405 otherwise.
@@ -141,12 +134,18 @@ func only(method string, h http.Handler) http.Handler {
 
 // writeStatus writes a google.rpc.Status JSON body, the shape every REST error has.
 func writeStatus(w http.ResponseWriter, st *status.Status) {
+	writeStatusCode(w, httpStatus(st.Code()), st)
+}
+
+// writeStatusCode is writeStatus with an HTTP status of its own (413, 405:
+// no gRPC code maps to them).
+func writeStatusCode(w http.ResponseWriter, code int, st *status.Status) {
 	b, err := jsonOut.Marshal(st.Proto())
 	if err != nil {
 		b = []byte(`{"code":13,"message":"internal error"}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(httpStatus(st.Code()))
+	w.WriteHeader(code)
 	_, _ = w.Write(append(b, '\n'))
 }
 
@@ -200,10 +199,8 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 func limitBody(next http.Handler, max int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > max {
-			b, _ := jsonOut.Marshal(status.Newf(codes.ResourceExhausted, "request body of %d bytes is larger than the limit of %d bytes", r.ContentLength, max).Proto())
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			_, _ = w.Write(append(b, '\n'))
+			writeStatusCode(w, http.StatusRequestEntityTooLarge,
+				status.Newf(codes.ResourceExhausted, "request body of %d bytes is larger than the limit of %d bytes", r.ContentLength, max))
 			return
 		}
 		lb := &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, max), max: max}
@@ -223,9 +220,15 @@ type limitedBody struct {
 	decodeErr atomic.Pointer[error]
 }
 
+// limitedBodyOf is r's body as limitBody wrapped it, or nil.
+func limitedBodyOf(r *http.Request) *limitedBody {
+	lb, _ := r.Context().Value(limitedBodyKey{}).(*limitedBody)
+	return lb
+}
+
 // bodyDecodeError is why r's body did not decode, or nil.
 func bodyDecodeError(r *http.Request) error {
-	if lb, ok := r.Context().Value(limitedBodyKey{}).(*limitedBody); ok {
+	if lb := limitedBodyOf(r); lb != nil {
 		if p := lb.decodeErr.Load(); p != nil {
 			return *p
 		}
@@ -242,73 +245,49 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// bodyTooLarge reports whether reading r's body ran over the limit.
-func bodyTooLarge(r *http.Request) bool {
-	lb, ok := r.Context().Value(limitedBodyKey{}).(*limitedBody)
-	return ok && lb.exceeded.Load()
-}
-
-func maxBody(r *http.Request) int64 {
-	if lb, ok := r.Context().Value(limitedBodyKey{}).(*limitedBody); ok {
-		return lb.max
-	}
-	return 0
-}
-
-func writeTooLarge(w http.ResponseWriter, max int64) {
-	b, _ := jsonOut.Marshal(status.Newf(codes.ResourceExhausted, "request body is larger than the limit of %d bytes", max).Proto())
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusRequestEntityTooLarge)
-	_, _ = w.Write(append(b, '\n'))
-}
-
 // validURL answers 400 for a path or query that is not valid UTF-8 once
 // unescaped: no string field can carry it, and the REST gateway's gRPC
 // client would fail to marshal it (a 500). The Kubernetes API's paths get a
 // Kubernetes Status body.
 func validURL(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		what := ""
-		if !utf8.ValidString(r.URL.Path) {
-			what = "path"
-		} else {
-			// Pairs that do not parse are left to the handler, as net/http does.
-			q, _ := url.ParseQuery(r.URL.RawQuery)
-			for k, vs := range q {
-				if !utf8.ValidString(k) {
-					what = "query parameter name"
-					break
-				}
-				for _, v := range vs {
-					if !utf8.ValidString(v) {
-						what = "query parameter " + k
-						break
-					}
-				}
-				if what != "" {
-					break
-				}
-			}
-		}
+		what, field := invalidURLPart(r.URL)
 		if what == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
 		msg := "the " + what + " is not valid UTF-8 text once unescaped"
-		if strings.HasPrefix(r.URL.Path, "/api/") || strings.HasPrefix(r.URL.Path, "/apis/") || r.URL.Path == "/api" || r.URL.Path == "/apis" {
-			b, _ := json.Marshal(map[string]any{"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{}, "status": "Failure", "message": msg, "reason": "BadRequest", "code": http.StatusBadRequest})
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			_, _ = w.Write(append(b, '\n'))
+		if k8sapi.Serves(r.URL.Path) {
+			k8sapi.WriteBadRequest(w, msg)
 			return
 		}
-		field := strings.TrimPrefix(what, "query parameter ")
 		st := status.New(codes.InvalidArgument, msg)
 		if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: "must be valid UTF-8"}}}); err == nil {
 			st = d
 		}
 		writeStatus(w, st)
 	})
+}
+
+// invalidURLPart names the part of u that is not valid UTF-8 once
+// unescaped, and the field to report it as; "" when there is none. Query
+// pairs that do not parse are left to the handler, as net/http does.
+func invalidURLPart(u *url.URL) (what, field string) {
+	if !utf8.ValidString(u.Path) {
+		return "path", "path"
+	}
+	q, _ := url.ParseQuery(u.RawQuery)
+	for k, vs := range q {
+		if !utf8.ValidString(k) {
+			return "query parameter name", "query parameter name"
+		}
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return "query parameter " + k, k
+			}
+		}
+	}
+	return "", ""
 }
 
 // strictJSON is the REST gateway's JSON marshaler with a decoder that takes

@@ -218,6 +218,13 @@ func TestQARESTInvalidUTF8URL(t *testing.T) {
 			t.Errorf("GET %s: %d %v, want 400 with a message", u, code, m)
 		}
 	}
+	// The Kubernetes API's paths, tenant-scoped ones included, answer with
+	// a Kubernetes Status.
+	for _, u := range []string{"/api/v1/namespaces/%ff/events", "/tenants/project/p1/api/v1/namespaces/%ff/events"} {
+		if code, _, m := qaDo(t, http.MethodGet, tg.httpURL+u, "", nil); code != http.StatusBadRequest || m["kind"] != "Status" || m["reason"] != "BadRequest" {
+			t.Errorf("GET %s: %d %v, want a 400 Kubernetes Status", u, code, m)
+		}
+	}
 	// Valid non-ASCII is fine.
 	if code, _, m := qaDo(t, http.MethodGet, tg.httpURL+"/v1/events?reason=%C3%BC", "", nil); code != http.StatusOK {
 		t.Errorf("GET with ü: %d %v", code, m)

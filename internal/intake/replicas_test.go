@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/natstest"
 	"github.com/eventgate/eventgate/internal/series"
@@ -40,15 +42,23 @@ func report(t *testing.T, l *load, replicas []*replica, events, intake uint64) {
 	}
 }
 
+// startPair starts replicas a and b on ns and waits until they share the
+// partitions.
+func startPair(t *testing.T, ns *server.Server, cfg Config) (a, b *replica, rs []*replica) {
+	t.Helper()
+	a = startReplica(t, ns, "", "a", cfg)
+	b = startReplica(t, ns, "", "b", cfg)
+	rs = []*replica{a, b}
+	waitBalanced(t, rs, cfg.Partitions)
+	return a, b, rs
+}
+
 // TestTwoReplicas spreads 100 interleaved series over two replicas on one
 // server: one series per key, each with its exact count.
 func TestTwoReplicas(t *testing.T) {
 	ns := startServer(t)
 	cfg := loadConfig()
-	a := startReplica(t, ns, "", "a", cfg)
-	b := startReplica(t, ns, "", "b", cfg)
-	rs := []*replica{a, b}
-	waitBalanced(t, rs, cfg.Partitions)
+	a, _, rs := startPair(t, ns, cfg)
 	l := emit(t, rs, nSeries, *flagOccurrences, 4, nil)
 	events := checkSeries(t, a.js, l, 60*time.Second)
 	report(t, l, rs, events, streamMsgs(t, a.js, cfg.Stream))
@@ -73,10 +83,7 @@ func TestReplicaKilled(t *testing.T) {
 	// machine (where 8s was seen to pass, and every series rightly
 	// finished and started anew).
 	cfg.Series.Window, cfg.Series.FinishAfter = 20*time.Second, 20*time.Second
-	a := startReplica(t, ns, "", "a", cfg)
-	b := startReplica(t, ns, "", "b", cfg)
-	rs := []*replica{a, b}
-	waitBalanced(t, rs, cfg.Partitions)
+	a, b, rs := startPair(t, ns, cfg)
 	var owned int
 	l := emit(t, rs, nSeries, *flagOccurrences, 4, func(n int) {
 		if n == *flagOccurrences/2 {
@@ -124,10 +131,7 @@ func TestReplicaStopped(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := startServer(t)
 			cfg := loadConfig()
-			a := startReplica(t, ns, "", "a", cfg)
-			b := startReplica(t, ns, "", "b", cfg)
-			rs := []*replica{a, b}
-			waitBalanced(t, rs, cfg.Partitions)
+			a, b, rs := startPair(t, ns, cfg)
 			n := *flagOccurrences / 4
 			l := emitWith(t, rs, nSeries, n, 4, func(i int) {
 				if i == n/2 {

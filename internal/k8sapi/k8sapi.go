@@ -127,10 +127,28 @@ func Register(mux *http.ServeMux, o Options) {
 		recent:    newRecentWrites(4096, 10*time.Minute),
 		now:       time.Now,
 	}
-	for _, p := range []string{"/api", "/api/", "/apis", "/apis/", "/version", "/tenants/"} {
+	for _, p := range patterns {
 		mux.Handle(p, a)
 	}
 }
+
+// patterns are the ServeMux patterns Register serves: one ending in "/" is
+// a subtree.
+var patterns = []string{"/api", "/api/", "/apis", "/apis/", "/version", "/tenants/"}
+
+// Serves reports whether Register's routes take path.
+func Serves(path string) bool {
+	for _, p := range patterns {
+		if path == p || strings.HasSuffix(p, "/") && strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteBadRequest answers a request on the Kubernetes API's paths that
+// cannot reach it with a 400 Status (what its clients read).
+func WriteBadRequest(w http.ResponseWriter, msg string) { writeStatus(w, badRequest(msg)) }
 
 // ServeHTTP routes a Kubernetes request.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {

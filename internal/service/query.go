@@ -127,10 +127,6 @@ func tenantRef(t *eventgatev1.Tenant) (*clickhouse.TenantRef, error) {
 	return ref, nil
 }
 
-// maxQueryValues is the most values one filter field may list: the store's
-// bound on the values of a whole query, which it refuses naming no field.
-const maxQueryValues = 1000
-
 // queryFromRequest builds the store query. empty reports a filter that can
 // match nothing (e.g. reason=A in one place and reason=B in another).
 func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty bool, err error) {
@@ -149,6 +145,8 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 		}
 		return set
 	}
+	// A field over the store's bound on the whole filter is named here;
+	// the store refuses the rest (several fields together) as "query".
 	var vs []event.Violation
 	for _, set := range []struct {
 		field string
@@ -157,8 +155,8 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 		{"type", req.GetType()}, {"reason", req.GetReason()}, {"action", req.GetAction()},
 		{"reportingController", req.GetReportingController()}, {"reportingInstance", req.GetReportingInstance()},
 	} {
-		if len(set.vals) > maxQueryValues {
-			vs = append(vs, event.Violation{Field: set.field, Description: fmt.Sprintf("must have at most %d values, got %d", maxQueryValues, len(set.vals))})
+		if len(set.vals) > clickhouse.MaxFilterValues {
+			vs = append(vs, event.Violation{Field: set.field, Description: fmt.Sprintf("must have at most %d values, got %d", clickhouse.MaxFilterValues, len(set.vals))})
 		}
 	}
 	if len(vs) > 0 {
@@ -186,8 +184,8 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if len(keys) > maxQueryValues/2 {
-		return q, false, invalid("labels", "must have at most %d entries, got %d", maxQueryValues/2, len(keys))
+	if len(keys) > clickhouse.MaxFilterValues/2 {
+		return q, false, invalid("labels", "must have at most %d entries, got %d", clickhouse.MaxFilterValues/2, len(keys))
 	}
 	for _, k := range keys {
 		if k == "" {
