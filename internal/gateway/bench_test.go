@@ -35,7 +35,6 @@ const (
 	fanoutSlow     = 10 // watchers that never read: they must not slow the others
 	fanoutRate     = 20000
 	fanoutTick     = 10 * time.Millisecond
-	fanoutConns    = 10
 )
 
 func benchSeconds() time.Duration {
@@ -45,25 +44,67 @@ func benchSeconds() time.Duration {
 	return 10 * time.Second
 }
 
+// latencies collects durations. Goroutines that measure concurrently each
+// record into their own recorder: a shared lock would add its own waits to
+// the tail it measures.
 type latencies struct {
-	mu sync.Mutex
-	d  []time.Duration
+	mu   sync.Mutex
+	d    []time.Duration
+	recs []*recorder
+	n    atomic.Int64
+}
+
+// recorder collects one goroutine's durations.
+type recorder struct {
+	l *latencies
+	d []time.Duration
+}
+
+func (l *latencies) recorder() *recorder {
+	r := &recorder{l: l, d: make([]time.Duration, 0, 1024)}
+	l.mu.Lock()
+	l.recs = append(l.recs, r)
+	l.mu.Unlock()
+	return r
+}
+
+func (r *recorder) add(d time.Duration) {
+	r.d = append(r.d, d)
+	r.l.n.Add(1)
 }
 
 func (l *latencies) add(d time.Duration) {
 	l.mu.Lock()
 	l.d = append(l.d, d)
 	l.mu.Unlock()
+	l.n.Add(1)
 }
 
+// count is the number of durations recorded so far.
+func (l *latencies) count() int { return int(l.n.Load()) }
+
+// pct is the p-quantile; call it once every recorder is done.
 func (l *latencies) pct(p float64) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, r := range l.recs {
+		l.d = append(l.d, r.d...)
+	}
+	l.recs = nil
 	if len(l.d) == 0 {
 		return 0
 	}
 	slices.Sort(l.d)
 	return l.d[min(len(l.d)-1, int(float64(len(l.d))*p))]
+}
+
+// benchConns is the number of client connections the watchers (and the
+// plain-NATS subscriptions) share: EVENTGATE_BENCH_CONNS, default 10.
+func benchConns() int {
+	if n, err := strconv.Atoi(os.Getenv("EVENTGATE_BENCH_CONNS")); err == nil && n > 0 {
+		return n
+	}
+	return 10
 }
 
 func benchRate() int {
@@ -138,7 +179,7 @@ func BenchmarkWatchFanout(b *testing.B) {
 		}
 		defer pub.Close()
 		var subs []*nats.Conn
-		for c := 0; c < fanoutConns; c++ {
+		for c := 0; c < benchConns(); c++ {
 			nc, err := ejs.Connect(config.Default().NATS, tg.ns, "bench-sub")
 			if err != nil {
 				b.Fatal(err)
@@ -147,8 +188,9 @@ func BenchmarkWatchFanout(b *testing.B) {
 			subs = append(subs, nc)
 		}
 		for i := 0; i < fanoutWatchers; i++ {
-			_, err := subs[i%fanoutConns].Subscribe("bench."+strconv.Itoa(i), func(m *nats.Msg) {
-				base.add(time.Since(time.Unix(0, int64(binary.BigEndian.Uint64(m.Data)))))
+			rec := base.recorder()
+			_, err := subs[i%benchConns()].Subscribe("bench."+strconv.Itoa(i), func(m *nats.Msg) {
+				rec.add(time.Since(time.Unix(0, int64(binary.BigEndian.Uint64(m.Data)))))
 			})
 			if err != nil {
 				b.Fatal(err)
@@ -176,7 +218,7 @@ func BenchmarkWatchFanout(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var conns []*grpc.ClientConn
-	for c := 0; c < fanoutConns; c++ {
+	for c := 0; c < benchConns(); c++ {
 		conn, err := grpc.NewClient(tg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
@@ -197,7 +239,7 @@ func BenchmarkWatchFanout(b *testing.B) {
 	var received atomic.Int64
 	var wg sync.WaitGroup
 	for i := 0; i < fanoutWatchers+fanoutSlow; i++ {
-		client := eventgatev1.NewEventServiceClient(conns[i%fanoutConns])
+		client := eventgatev1.NewEventServiceClient(conns[i%benchConns()])
 		req := &eventgatev1.StreamWatchRequest{
 			Tenant:    &eventgatev1.Tenant{Type: "project", Name: "bench"},
 			Kind:      "Pod",
@@ -216,18 +258,23 @@ func BenchmarkWatchFanout(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			rec := gw.recorder()
+			var mine []arrival
+			defer func() {
+				arrivalsMu.Lock()
+				arrivals = append(arrivals, mine...)
+				arrivalsMu.Unlock()
+			}()
 			for {
 				r, err := s.Recv()
 				if err != nil {
 					return
 				}
 				now := time.Now()
-				gw.add(now.Sub(r.Object.EventTime.AsTime()))
+				rec.add(now.Sub(r.Object.EventTime.AsTime()))
 				if n := received.Add(1); n%10 == 0 {
 					seq, _ := strconv.ParseUint(r.Object.ResourceVersion, 10, 64)
-					arrivalsMu.Lock()
-					arrivals = append(arrivals, arrival{seq, now})
-					arrivalsMu.Unlock()
+					mine = append(mine, arrival{seq, now})
 				}
 			}
 		}()
