@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -33,6 +34,10 @@ type Config struct {
 	GRPCAddr string `yaml:"grpcAddr"`
 	// HTTPAddr is the REST, health and metrics listen address.
 	HTTPAddr string `yaml:"httpAddr"`
+	// CORSAllowedOrigins are the origins (scheme://host[:port], one "*"
+	// wildcard allowed in the host, or "*" for any) whose browser pages may
+	// call the REST API; empty (the default) allows none, as kube-apiserver.
+	CORSAllowedOrigins []string `yaml:"corsAllowedOrigins"`
 	// DebugAddr, when set, serves Go's pprof profiles (/debug/pprof/) on a
 	// loopback address of its own; empty (the default) serves none.
 	DebugAddr string `yaml:"debugAddr"`
@@ -178,12 +183,30 @@ func (c Config) Validate() error {
 	if c.Auth.MTLS.CAFile != "" && !c.TLS.Enabled() {
 		errs = append(errs, errors.New("auth-mtls-ca-file needs tls-cert-file and tls-key-file"))
 	}
+	for _, o := range c.CORSAllowedOrigins {
+		if err := checkOrigin(o); err != nil {
+			errs = append(errs, fmt.Errorf("cors-allowed-origins: %w", err))
+		}
+	}
 	switch c.LogFormat {
 	case "text", "json":
 	default:
 		errs = append(errs, fmt.Errorf("log-format must be text or json, got %q", c.LogFormat))
 	}
 	return errors.Join(errs...)
+}
+
+// checkOrigin accepts "*" and a browser origin, scheme://host[:port] with
+// at most one "*" in the host.
+func checkOrigin(o string) error {
+	if o == "*" {
+		return nil
+	}
+	u, err := url.Parse(strings.Replace(o, "*", "wildcard", 1))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || strings.Count(o, "*") > 1 {
+		return fmt.Errorf("%q is not an origin (scheme://host[:port], e.g. https://dash.example.com)", o)
+	}
+	return nil
 }
 
 type listValue struct{ p *[]string }
@@ -211,6 +234,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.StringVar(configPath, "config", "", "optional YAML configuration file")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "REST, health and metrics listen address")
+	fs.Var(listValue{&c.CORSAllowedOrigins}, "cors-allowed-origins", "comma-separated origins whose browser pages may call the REST API (https://dash.example.com, https://*.example.com; * for any); empty: none")
 	fs.StringVar(&c.DebugAddr, "debug-addr", c.DebugAddr, "loopback address for Go's pprof profiles (/debug/pprof/); empty: off")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the embedded engines' data")
 	fs.StringVar(&c.NATS.URL, "nats-url", c.NATS.URL, "external NATS server or cluster URL(s); empty starts an embedded server")

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,6 +60,9 @@ func TestLoadErrors(t *testing.T) {
 		{"stray argument", []string{"serve"}, nil},
 		{"ingest nice out of range", []string{"--ingest-nice", "20"}, nil},
 		{"negative ingest nice", nil, map[string]string{"EVENTGATE_INGEST_NICE": "-1"}},
+		{"cors origin without scheme", []string{"--cors-allowed-origins", "dash.example.com"}, nil},
+		{"cors origin with a path", nil, map[string]string{"EVENTGATE_CORS_ALLOWED_ORIGINS": "https://dash.example.com/app"}},
+		{"cors origin with two wildcards", []string{"--cors-allowed-origins", "https://*.*.example.com"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,5 +70,22 @@ func TestLoadErrors(t *testing.T) {
 				t.Fatal("Load succeeded, want error")
 			}
 		})
+	}
+}
+
+func TestCORSOrigins(t *testing.T) {
+	c, err := Load([]string{"--cors-allowed-origins", "https://dash.example.com, http://localhost:3000,https://*.example.org"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"https://dash.example.com", "http://localhost:3000", "https://*.example.org"}
+	if !slices.Equal(c.CORSAllowedOrigins, want) {
+		t.Fatalf("origins %q, want %q", c.CORSAllowedOrigins, want)
+	}
+	if c, err = Load(nil, env(map[string]string{"EVENTGATE_CORS_ALLOWED_ORIGINS": "*"})); err != nil || !slices.Equal(c.CORSAllowedOrigins, []string{"*"}) {
+		t.Fatalf("origins %q (%v), want *", c.CORSAllowedOrigins, err)
+	}
+	if c, err = Load(nil, env(nil)); err != nil || len(c.CORSAllowedOrigins) != 0 {
+		t.Fatalf("default origins %q (%v), want none", c.CORSAllowedOrigins, err)
 	}
 }

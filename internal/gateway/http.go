@@ -19,6 +19,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/cors"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -189,8 +190,24 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 	}
 	k8sapi.Register(mux, k8sapi.Options{Conn: g.proxy, Auth: g.auth, Config: g.cfg.K8s, Correlate: coreCorrelator(g.cfg), Log: g.log})
 	mux.Handle("/", gw)
-	h := limitBody(validURL(mux), int64(g.cfg.MaxRequestBytes))
+	h := withCORS(limitBody(validURL(mux), int64(g.cfg.MaxRequestBytes)), g.cfg.CORSAllowedOrigins)
 	return otelhttp.NewHandler(h, "eventgate.rest", otelhttp.WithTracerProvider(g.tp), otelhttp.WithPropagators(telemetry.Propagator)), nil
+}
+
+// withCORS lets browser pages from origins call the REST API: it answers
+// their preflight requests itself and marks the answers they may read.
+// Bearer tokens travel in the Authorization header, so no credentials
+// (cookies) are allowed. Without origins, next is served as it is.
+func withCORS(next http.Handler, origins []string) http.Handler {
+	if len(origins) == 0 {
+		return next
+	}
+	return cors.New(cors.Options{
+		AllowedOrigins: origins,
+		AllowedMethods: []string{http.MethodGet, http.MethodPost},
+		AllowedHeaders: []string{"Authorization", "Content-Type", webhook.IdempotencyKeyHeader, "Traceparent", "Tracestate"},
+		MaxAge:         600,
+	}).Handler(next)
 }
 
 // limitBody refuses a request body larger than max before anything decodes
