@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -25,6 +27,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/gen/openapiv2"
@@ -82,6 +85,9 @@ var decodeFieldRE = regexp.MustCompile(`(?:unknown field|field|duplicate field) 
 
 // decodeErrorField is the field a body decode error is about, or "body".
 func decodeErrorField(err error) string {
+	if f, ok := bodyField(err); ok {
+		return f
+	}
 	if m := decodeFieldRE.FindStringSubmatch(err.Error()); m != nil {
 		return m[1]
 	}
@@ -103,9 +109,9 @@ func routingErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.M
 func allowedMethods(path string) string {
 	switch {
 	case path == "/v1/events":
-		return "GET, POST"
+		return "GET, HEAD, POST"
 	case strings.HasPrefix(path, "/v1/"):
-		return "GET"
+		return "GET, HEAD"
 	}
 	return ""
 }
@@ -155,6 +161,9 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		runtime.WithErrorHandler(errorHandler),
 		runtime.WithRoutingErrorHandler(routingErrorHandler),
+		// A form-encoded POST is a POST (405 where only GET is served), not
+		// a GET whose parameters are in the body.
+		runtime.WithDisablePathLengthFallback(),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: &strictJSON{JSONPb: &runtime.JSONPb{}}}),
 	)
 	client := eventgatev1.NewEventServiceClient(g.proxy)
@@ -189,7 +198,7 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	k8sapi.Register(mux, k8sapi.Options{Conn: g.proxy, Auth: g.auth, Config: g.cfg.K8s, Correlate: coreCorrelator(g.cfg), Log: g.log})
-	mux.Handle("/", gw)
+	mux.Handle("/", headAsGet(queryFreeEmit(gw)))
 	h := withCORS(limitBody(validURL(mux), int64(g.cfg.MaxRequestBytes)), g.cfg.CORSAllowedOrigins)
 	return otelhttp.NewHandler(h, "eventgate.rest", otelhttp.WithTracerProvider(g.tp), otelhttp.WithPropagators(telemetry.Propagator)), nil
 }
@@ -208,6 +217,41 @@ func withCORS(next http.Handler, origins []string) http.Handler {
 		AllowedHeaders: []string{"Authorization", "Content-Type", webhook.IdempotencyKeyHeader, "Traceparent", "Tracestate"},
 		MaxAge:         600,
 	}).Handler(next)
+}
+
+// headAsGet answers HEAD as GET, without the body (net/http drops what a
+// handler writes to a HEAD request's response).
+func headAsGet(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			r = r.Clone(r.Context())
+			r.Method = http.MethodGet
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// queryFreeEmit refuses query parameters on POST /v1/events: its request is
+// the body, and the REST gateway would drop them unread (an event meant for
+// ?tenant.type=project&tenant.name=shop stored in the default tenant).
+func queryFreeEmit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/events" || r.URL.RawQuery == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		q, _ := url.ParseQuery(r.URL.RawQuery)
+		keys := slices.Sorted(maps.Keys(q))
+		param := r.URL.RawQuery // a query without a key=value pair
+		if len(keys) > 0 {
+			param = keys[0]
+		}
+		st := status.New(codes.InvalidArgument, fmt.Sprintf("query parameter %q: POST /v1/events takes no query parameters; the request, tenant included, is the JSON body", param))
+		if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: param, Description: "is not a parameter of POST /v1/events (the request is the body)"}}}); err == nil {
+			st = d
+		}
+		writeStatus(w, st)
+	})
 }
 
 // limitBody refuses a request body larger than max before anything decodes
@@ -342,6 +386,11 @@ func (m *strictJSON) decode(r io.Reader, v any) error {
 		return fmt.Errorf("request body has data after its JSON value, at offset %d", off)
 	}
 	if err := m.JSONPb.Unmarshal(raw, v); err != nil {
+		if pm, ok := v.(proto.Message); ok {
+			if fe := withBodyField(raw, pm.ProtoReflect().Descriptor(), err); fe != err {
+				return fe
+			}
+		}
 		return fmt.Errorf("request body: %w", err)
 	}
 	return nil

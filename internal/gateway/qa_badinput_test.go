@@ -160,9 +160,9 @@ func TestQARESTBodyStrict(t *testing.T) {
 
 	// Bodies that do not decode name the field in a BadRequest.
 	for body, field := range map[string]string{
-		`{"events":[{"reason":5,"regarding":{"kind":"Pod","name":"a"}}]}`:             "reason",
-		`{"events":[{"reason":"x","bogus":1,"regarding":{"kind":"Pod","name":"a"}}]}`: "bogus",
-		`{"events":[{"reason":"x","series":{"count":"abc"}}]}`:                        "count",
+		`{"events":[{"reason":5,"regarding":{"kind":"Pod","name":"a"}}]}`:             "events[0].reason",
+		`{"events":[{"reason":"x","bogus":1,"regarding":{"kind":"Pod","name":"a"}}]}`: "events[0].bogus",
+		`{"events":[{"reason":"x","series":{"count":"abc"}}]}`:                        "events[0].series.count",
 		`{"events":[`: "body",
 	} {
 		code, _, m := qaDo(t, http.MethodPost, tg.httpURL+"/v1/events", "application/json", strings.NewReader(body))
@@ -177,10 +177,10 @@ func TestQARESTBodyStrict(t *testing.T) {
 func TestQARESTMethodNotAllowed(t *testing.T) {
 	tg := startGateway(t, nil)
 	for _, c := range []struct{ method, path, allow string }{
-		{http.MethodPut, "/v1/events", "GET, POST"},
-		{http.MethodDelete, "/v1/events", "GET, POST"},
-		{http.MethodPatch, "/v1/events/abc", "GET"},
-		{http.MethodDelete, "/v1/events/abc", "GET"},
+		{http.MethodPut, "/v1/events", "GET, HEAD, POST"},
+		{http.MethodDelete, "/v1/events", "GET, HEAD, POST"},
+		{http.MethodPatch, "/v1/events/abc", "GET, HEAD"},
+		{http.MethodDelete, "/v1/events/abc", "GET, HEAD"},
 		{http.MethodPost, "/v1/events:watch", "GET, HEAD"},
 		{http.MethodDelete, "/healthz", "GET, HEAD"},
 		{http.MethodPost, "/readyz", "GET, HEAD"},

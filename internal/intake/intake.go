@@ -133,6 +133,10 @@ type Intake struct {
 	mu       sync.Mutex
 	calls    map[uint64]*call
 	nextCall uint64
+	// pending are the occurrences with a message id whose call still
+	// waits, by message id: a retry logged as a duplicate while its first
+	// occurrence is undecided answers what that one became.
+	pending map[string]pendingOcc
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -213,6 +217,7 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		events:     es,
 		inbox:      nc.NewInbox(),
 		calls:      make(map[uint64]*call),
+		pending:    make(map[string]pendingOcc),
 		stopped:    make(chan struct{}),
 		waitMax:    min(time.Second, cfg.PinnedTTL/4),
 		members:    newMembers(cfg.Stream, min(time.Second, cfg.PinnedTTL/4)),
@@ -332,6 +337,12 @@ func (in *Intake) Partition(ev *eventgatev1.Event) int {
 	return int(series.KeyOf(ev).Hash() % uint64(in.cfg.Partitions))
 }
 
+// pendingOcc is the i-th occurrence of a waiting call.
+type pendingOcc struct {
+	c *call
+	i int
+}
+
 // call is one Submit waiting for its decisions.
 type call struct {
 	mu        sync.Mutex
@@ -368,17 +379,30 @@ var propagator = propagation.TraceContext{}
 // message ids. Without an error every occurrence is durable and will be
 // aggregated exactly once, whatever its Outcome says.
 func (in *Intake) Submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string) ([]Result, error) {
-	return in.submit(ctx, evs, msgIDs, false)
+	wait, err := in.Start(ctx, evs, msgIDs, false)
+	if err != nil {
+		return nil, err
+	}
+	return wait()
 }
 
 // SubmitAsIs is Submit for an emitter that counts its own series (a
 // Kubernetes client): each event is stored as it is, in its partition's log
 // order, and never aggregated (Outcome CREATED).
 func (in *Intake) SubmitAsIs(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string) ([]Result, error) {
-	return in.submit(ctx, evs, msgIDs, true)
+	wait, err := in.Start(ctx, evs, msgIDs, true)
+	if err != nil {
+		return nil, err
+	}
+	return wait()
 }
 
-func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string, asIs bool) ([]Result, error) {
+// Start is Submit (SubmitAsIs when asIs) in two halves. Start itself sends
+// the occurrences to the log: the occurrences of calls started one after
+// another are logged in that order (one emit stream's batches keep their
+// order in every partition). wait, called once, waits for their
+// acknowledgements and their decisions and returns what Submit returns.
+func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string, asIs bool) (wait func() ([]Result, error), err error) {
 	if msgIDs != nil && len(msgIDs) != len(evs) {
 		return nil, fmt.Errorf("submit: %d message ids for %d events", len(msgIDs), len(evs))
 	}
@@ -388,7 +412,7 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 	default:
 	}
 	if len(evs) == 0 {
-		return nil, nil
+		return func() ([]Result, error) { return nil, nil }, nil
 	}
 	for i, ev := range evs {
 		if ev == nil {
@@ -400,12 +424,22 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 	in.nextCall++
 	id := in.nextCall
 	in.calls[id] = c
+	for i, mid := range msgIDs {
+		if _, ok := in.pending[mid]; mid != "" && !ok {
+			in.pending[mid] = pendingOcc{c, i}
+		}
+	}
 	in.mu.Unlock()
-	defer func() {
+	forget := func() {
 		in.mu.Lock()
 		delete(in.calls, id)
+		for _, mid := range msgIDs {
+			if o, ok := in.pending[mid]; ok && o.c == c {
+				delete(in.pending, mid)
+			}
+		}
 		in.mu.Unlock()
-	}()
+	}
 	reply := in.inbox + "." + strconv.FormatUint(id, 36)
 
 	// An occurrence with a message id is an entry of its own: the stream's
@@ -432,6 +466,7 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 	for i, ev := range evs {
 		data, err := event.Marshal(ev)
 		if err != nil {
+			forget()
 			return nil, fmt.Errorf("submit: events[%d]: %w", i, err)
 		}
 		p := in.Partition(ev)
@@ -467,19 +502,29 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 		}
 		var err error
 		if futs[k], err = in.js.PublishMsgAsync(e.m, jetstream.WithExpectStream(in.cfg.Stream)); err != nil {
+			forget()
 			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, e.idxs[0], err)
 		}
 	}
+	return func() ([]Result, error) {
+		defer forget()
+		return in.await(ctx, c, evs, msgIDs, futs, func(k int) []int { return entries[k].idxs })
+	}, nil
+}
+
+// await waits for the acknowledgements futs of a call's entries (idxs(k):
+// the occurrences of entry k), then for the call's decisions.
+func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, msgIDs []string, futs []jetstream.PubAckFuture, idxs func(int) []int) ([]Result, error) {
 	for k, f := range futs {
 		select {
 		case ack := <-f.Ok():
 			if ack.Duplicate {
 				// Only an entry with a message id can be a duplicate.
-				i := entries[k].idxs[0]
-				c.set(i, in.duplicate(ctx, evs[i]))
+				i := idxs(k)[0]
+				c.set(i, in.duplicate(ctx, c, evs[i], msgIDs[i]))
 			}
 		case err := <-f.Err():
-			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, entries[k].idxs[0], err)
+			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, idxs(k)[0], err)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %w", ErrNotDurable, ctx.Err())
 		}
@@ -507,11 +552,35 @@ func (in *Intake) submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs [
 }
 
 // duplicate is the result of an occurrence the intake already logged under
-// its message id. If it was stored as an event of its own, the last version
-// on its subject has its uid: the result carries that resourceVersion
-// (folded into a series, it has none of its own).
-func (in *Intake) duplicate(ctx context.Context, ev *eventgatev1.Event) Result {
+// its message id (of call c). While the first occurrence's call waits here,
+// it is what that one became, once decided. Otherwise, if it was stored as
+// an event of its own, the last version on its subject has its uid: the
+// result carries that resourceVersion (folded into a series, it has none of
+// its own).
+func (in *Intake) duplicate(ctx context.Context, c *call, ev *eventgatev1.Event, msgID string) Result {
 	r := Result{Outcome: eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE, UID: ev.GetUid()}
+	in.mu.Lock()
+	first, ok := in.pending[msgID]
+	in.mu.Unlock()
+	if ok && first.c != c {
+		t := time.NewTimer(in.cfg.DecisionTimeout)
+		defer t.Stop()
+		select {
+		case <-first.c.done:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-in.stopped:
+		}
+		first.c.mu.Lock()
+		decided, fr := first.c.got[first.i], first.c.results[first.i]
+		first.c.mu.Unlock()
+		if decided {
+			if fr.Outcome == eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED {
+				r.ResourceVersion = fr.ResourceVersion
+			}
+			return r
+		}
+	}
 	m, err := in.events.GetLastMsgForSubject(ctx, event.SubjectOf(ev))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -24,6 +24,17 @@ func NewPublisher(js jetstream.JetStream, stream string) *Publisher {
 // order once all are durable. On error some messages may have been stored;
 // a retry with the same message ids is deduplicated by the stream.
 func (p *Publisher) Publish(ctx context.Context, msgs []*nats.Msg) ([]*jetstream.PubAck, error) {
+	wait, err := p.Start(msgs)
+	if err != nil {
+		return nil, err
+	}
+	return wait(ctx)
+}
+
+// Start is Publish in two halves: Start sends msgs, so that the messages of
+// calls started one after another are stored in that order; wait, called
+// once, returns their acknowledgements as Publish does.
+func (p *Publisher) Start(msgs []*nats.Msg) (wait func(context.Context) ([]*jetstream.PubAck, error), err error) {
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		f, err := p.js.PublishMsgAsync(m, jetstream.WithExpectStream(p.stream))
@@ -32,16 +43,18 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*nats.Msg) ([]*jetstream
 		}
 		futures[i] = f
 	}
-	acks := make([]*jetstream.PubAck, len(msgs))
-	for i, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			acks[i] = ack
-		case err := <-f.Err():
-			return nil, fmt.Errorf("publish %s: %w", msgs[i].Subject, err)
-		case <-ctx.Done():
-			return nil, fmt.Errorf("publish: %w", ctx.Err())
+	return func(ctx context.Context) ([]*jetstream.PubAck, error) {
+		acks := make([]*jetstream.PubAck, len(msgs))
+		for i, f := range futures {
+			select {
+			case ack := <-f.Ok():
+				acks[i] = ack
+			case err := <-f.Err():
+				return nil, fmt.Errorf("publish %s: %w", msgs[i].Subject, err)
+			case <-ctx.Done():
+				return nil, fmt.Errorf("publish: %w", ctx.Err())
+			}
 		}
-	}
-	return acks, nil
+		return acks, nil
+	}, nil
 }

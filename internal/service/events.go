@@ -35,7 +35,9 @@ import (
 
 // Publisher stores messages durably and returns their acknowledgements.
 type Publisher interface {
-	Publish(ctx context.Context, msgs []*nats.Msg) ([]*jetstream.PubAck, error)
+	// Start sends msgs, after those of every Start before it; wait, called
+	// once, returns their acknowledgements in order once all are durable.
+	Start(msgs []*nats.Msg) (wait func(context.Context) ([]*jetstream.PubAck, error), err error)
 }
 
 // Watcher serves live watches.
@@ -46,9 +48,10 @@ type Watcher interface {
 // Intake logs occurrences durably and aggregates isomorphic repeats into
 // series before they reach the events stream.
 type Intake interface {
-	Submit(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string) ([]intake.Result, error)
-	// SubmitAsIs is Submit for an emitter that counts its own series.
-	SubmitAsIs(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string) ([]intake.Result, error)
+	// Start logs evs (as the emitter counted them when asIs), after the
+	// occurrences of every Start before it; wait, called once, returns
+	// what each became once all are durable.
+	Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string, asIs bool) (wait func() ([]intake.Result, error), err error)
 }
 
 // EventsConfig configures the EventService.
@@ -281,7 +284,7 @@ func (s *Events) startEmit(ctx context.Context, b batch) (func() ([]*eventgatev1
 		}
 	}
 	if s.cfg.Intake != nil {
-		return s.startIntake(ctx, evs, callerUID, idemKey, b.counted), nil
+		return s.startIntake(ctx, evs, callerUID, idemKey, b.counted)
 	}
 	msgs := make([]*nats.Msg, len(evs))
 	for i, ev := range evs {
@@ -297,23 +300,20 @@ func (s *Events) startEmit(ctx context.Context, b batch) (func() ([]*eventgatev1
 		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(m.Header))
 		msgs[i] = m
 	}
-	// Publishing starts now; the caller waits for the acknowledgements.
-	type outcome struct {
-		acks []*jetstream.PubAck
-		err  error
+	// Sent now, in the order of the batches (an emit stream's batches are
+	// stored in the order they came); the caller waits for the
+	// acknowledgements.
+	waitAcks, err := s.pub.Start(msgs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	done := make(chan outcome, 1)
-	go func() {
-		acks, err := s.pub.Publish(ctx, msgs)
-		done <- outcome{acks, err}
-	}()
 	return func() ([]*eventgatev1.EmitResult, error) {
-		o := <-done
-		if o.err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, o.err)
+		acks, err := waitAcks(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		results := make([]*eventgatev1.EmitResult, len(evs))
-		for i, ack := range o.acks {
+		for i, ack := range acks {
 			r := &eventgatev1.EmitResult{
 				Uid:             evs[i].Uid,
 				Name:            evs[i].Name,
@@ -343,33 +343,25 @@ func principal(ctx context.Context) (*authz.Principal, error) {
 	return p, nil
 }
 
-// startIntake hands a validated batch to the intake; wait returns once every
-// event is durable, with what each became when the owners decided in time.
-func (s *Events) startIntake(ctx context.Context, evs []*eventgatev1.Event, callerUID []bool, idemKey string, counted bool) func() ([]*eventgatev1.EmitResult, error) {
+// startIntake hands a validated batch to the intake, after the batches
+// started before it; wait returns once every event is durable, with what
+// each became when the owners decided in time.
+func (s *Events) startIntake(ctx context.Context, evs []*eventgatev1.Event, callerUID []bool, idemKey string, counted bool) (func() ([]*eventgatev1.EmitResult, error), error) {
 	ids := make([]string, len(evs))
 	for i, ev := range evs {
 		ids[i] = event.MsgID(ev, callerUID[i], idemKey)
 	}
-	type outcome struct {
-		res []intake.Result
-		err error
+	waitIntake, err := s.cfg.Intake.Start(ctx, evs, ids, counted)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	done := make(chan outcome, 1)
-	go func() {
-		submit := s.cfg.Intake.Submit
-		if counted {
-			submit = s.cfg.Intake.SubmitAsIs
-		}
-		res, err := submit(ctx, evs, ids)
-		done <- outcome{res, err}
-	}()
 	return func() ([]*eventgatev1.EmitResult, error) {
-		o := <-done
-		if o.err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, o.err)
+		res, err := waitIntake()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		results := make([]*eventgatev1.EmitResult, len(evs))
-		for i, r := range o.res {
+		for i, r := range res {
 			er := &eventgatev1.EmitResult{Uid: r.UID, SeriesUid: r.SeriesUID, Outcome: r.Outcome}
 			if r.ResourceVersion > 0 {
 				er.ResourceVersion = strconv.FormatUint(r.ResourceVersion, 10)
@@ -389,7 +381,7 @@ func (s *Events) startIntake(ctx context.Context, evs []*eventgatev1.Event, call
 			results[i] = er
 		}
 		return results, nil
-	}
+	}, nil
 }
 
 // Watch event types, as Kubernetes names them.
