@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -231,8 +233,9 @@ func BenchmarkWatchFanout(b *testing.B) {
 	// when it arrived, to measure delivery from the stream (stored →
 	// watcher) apart from the emit and the series path.
 	type arrival struct {
-		seq uint64
-		at  time.Time
+		seq     uint64
+		at      time.Time
+		emitted time.Time // the event's eventTime: when its batch was built
 	}
 	var arrivalsMu sync.Mutex
 	var arrivals []arrival
@@ -274,7 +277,7 @@ func BenchmarkWatchFanout(b *testing.B) {
 				rec.add(now.Sub(r.Object.EventTime.AsTime()))
 				if n := received.Add(1); n%10 == 0 {
 					seq, _ := strconv.ParseUint(r.Object.ResourceVersion, 10, 64)
-					mine = append(mine, arrival{seq, now})
+					mine = append(mine, arrival{seq, now, r.Object.EventTime.AsTime()})
 				}
 			}
 		}()
@@ -365,6 +368,13 @@ func BenchmarkWatchFanout(b *testing.B) {
 	// Stored → watcher, from the stream's own timestamp of each sampled
 	// event (the same clock: one process).
 	var fromStream latencies
+	// EVENTGATE_BENCH_TIMELINE=1 logs, for every 100 ms of the run with a
+	// sampled delivery over 20 ms, the worst of each part: where a tail
+	// comes from (the emit and series path, or the feed to the watcher).
+	var timeline *tailTimeline
+	if os.Getenv("EVENTGATE_BENCH_TIMELINE") != "" {
+		timeline = &tailTimeline{start: t0, windows: map[int64]*tailWindow{}}
+	}
 	{
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -378,7 +388,13 @@ func BenchmarkWatchFanout(b *testing.B) {
 				b.Fatalf("stored event %d: %v", a.seq, err)
 			}
 			fromStream.add(a.at.Sub(m.Time))
+			if timeline != nil {
+				timeline.add(a.at, a.at.Sub(a.emitted), m.Time.Sub(a.emitted), a.at.Sub(m.Time))
+			}
 		}
+	}
+	if timeline != nil {
+		timeline.log()
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(float64(sent)/dur.Seconds(), "events/s")
@@ -479,4 +495,40 @@ func BenchmarkEmitToQueryable(b *testing.B) {
 	b.ReportMetric(float64(sent)/dur.Seconds(), "events/s")
 	b.ReportMetric(ms(lat.pct(0.5)), "queryable_p50_ms")
 	b.ReportMetric(ms(lat.pct(0.99)), "queryable_p99_ms")
+}
+
+// tailTimeline is the worst sampled delivery per 100 ms window of a run,
+// split into emit → stored and stored → watcher.
+type tailTimeline struct {
+	start   time.Time
+	windows map[int64]*tailWindow
+}
+
+type tailWindow struct {
+	n                        int
+	total, toStream, toWatch time.Duration
+}
+
+func (t *tailTimeline) add(at time.Time, total, toStream, toWatch time.Duration) {
+	k := int64(at.Sub(t.start) / (100 * time.Millisecond))
+	w := t.windows[k]
+	if w == nil {
+		w = &tailWindow{}
+		t.windows[k] = w
+	}
+	w.n++
+	w.total, w.toStream, w.toWatch = max(w.total, total), max(w.toStream, toStream), max(w.toWatch, toWatch)
+}
+
+func (t *tailTimeline) log() {
+	keys := slices.Sorted(maps.Keys(t.windows))
+	var lines []string
+	for _, k := range keys {
+		if w := t.windows[k]; w.total > 20*time.Millisecond {
+			lines = append(lines, fmt.Sprintf("%6.1fs n=%-4d worst %-8v emit→stored %-8v stored→watch %v", float64(k)/10, w.n,
+				w.total.Round(time.Millisecond), w.toStream.Round(time.Millisecond), w.toWatch.Round(time.Millisecond)))
+		}
+	}
+	// On stderr: a benchmark's log keeps 10 lines.
+	fmt.Fprintf(os.Stderr, "windows of 100 ms with a sampled delivery over 20 ms: %d of %d\n%s\n", len(lines), len(keys), strings.Join(lines, "\n"))
 }
