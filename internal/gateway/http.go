@@ -359,6 +359,16 @@ type strictJSON struct {
 }
 
 // NewDecoder implements runtime.Marshaler.
+// Marshal writes v as the REST gateway does, with an event's times as
+// Kubernetes writes them (microTimes).
+func (m *strictJSON) Marshal(v any) ([]byte, error) {
+	b, err := m.JSONPb.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return microTimes(b), nil
+}
+
 func (m *strictJSON) NewDecoder(r io.Reader) runtime.Decoder {
 	return runtime.DecoderFunc(func(v any) error {
 		err := m.decode(r, v)
@@ -453,6 +463,7 @@ func watchHandler(gw *runtime.ServeMux, client eventgatev1.EventServiceClient) h
 			if err != nil {
 				return
 			}
+			b = microTimes(b)
 			if _, err := w.Write(append(b, '\n')); err != nil {
 				return
 			}
