@@ -84,6 +84,8 @@ type Gateway struct {
 
 	grpc       *grpc.Server
 	grpcInproc *grpc.Server
+	events     *service.Events
+	calls      *callTracker // calls other than watches, in flight
 	tls        *tls.Config
 	health     *health.Server
 	inproc     *bufconn.Listener
@@ -182,6 +184,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		WatchBuffer: cfg.WatchBuffer,
 		Intake:      in,
 	}, ejs.NewPublisher(g.js, cfg.NATS.Stream), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))
+	g.events = events
+	g.calls = &callTracker{}
 	analytics := service.NewAnalytics(g.store, g.ingest, log)
 
 	auth, err := authz.New(cfg.Auth, log, g.registry)
@@ -206,8 +210,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 			grpc.ForceServerCodecV2(guard),
 			grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)), // the guard refuses over MaxRequestBytes
 			grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(g.tp), otelgrpc.WithPropagators(telemetry.Propagator))),
-			grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(panicHandler), guard.unary, auth.UnaryServerInterceptor()),
-			grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(panicHandler), guard.stream, auth.StreamServerInterceptor()),
+			grpc.ChainUnaryInterceptor(g.calls.unary, grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(panicHandler), guard.unary, auth.UnaryServerInterceptor()),
+			grpc.ChainStreamInterceptor(g.calls.stream, grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(panicHandler), guard.stream, auth.StreamServerInterceptor()),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		}, extra...)
 		srv := grpc.NewServer(opts...)
@@ -304,24 +308,102 @@ func (g *Gateway) Serve(ctx context.Context, grpcLis, httpLis net.Listener) erro
 	return nil
 }
 
-// stop drains the servers: watches end first (their clients reconnect
-// elsewhere), then in-flight requests finish, bounded by ShutdownTimeout.
+// watchGrace is how long watches get to end on their own once told to, at
+// shutdown, before their connections are cut: a watcher that stopped
+// reading is blocked in a send that only a closed connection ends.
+const watchGrace = time.Second
+
+// stop drains the servers: watches are told to end (their clients
+// reconnect elsewhere) and emit streams to stop taking batches, in-flight
+// requests and the batches taken finish, bounded by ShutdownTimeout; then
+// whatever is still open (watchers that do not read) is cut.
 func (g *Gateway) stop() {
 	g.log.Info("shutting down", "timeout", g.cfg.ShutdownTimeout)
 	g.health.Shutdown()
 	g.hub.Stop()
+	g.events.Drain()
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
 	defer cancel()
-	_ = g.httpSrv.Shutdown(ctx)
 	done := make(chan struct{})
-	go func() { g.grpc.GracefulStop(); g.grpcInproc.GracefulStop(); close(done) }()
+	go func() {
+		_ = g.httpSrv.Shutdown(ctx)
+		g.grpc.GracefulStop()
+		g.grpcInproc.GracefulStop()
+		close(done)
+	}()
 	select {
 	case <-done:
+		return
+	case <-g.calls.idle():
 	case <-ctx.Done():
-		g.log.Warn("graceful stop timed out; closing connections")
-		g.grpc.Stop()
-		g.grpcInproc.Stop()
 	}
+	// Every request and emit stream has ended (or the time is up): the
+	// watches get a moment more.
+	grace := time.NewTimer(watchGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	g.log.Warn("closing the connections of watches and requests that did not end")
+	_ = g.httpSrv.Close()
+	g.grpc.Stop()
+	g.grpcInproc.Stop()
+	<-done
+}
+
+// callTracker counts the calls in flight other than watches (server
+// streams: StreamWatch, the health service's Watch), which end on their
+// own at shutdown only if their clients read.
+type callTracker struct {
+	mu     sync.Mutex
+	n      int
+	waiter chan struct{} // closed when n reaches 0
+}
+
+func (c *callTracker) begin() {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *callTracker) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n--; c.n == 0 && c.waiter != nil {
+		close(c.waiter)
+		c.waiter = nil
+	}
+}
+
+// idle is closed once no call is in flight.
+func (c *callTracker) idle() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan struct{})
+	if c.n == 0 {
+		close(ch)
+	} else {
+		c.waiter = ch
+	}
+	return ch
+}
+
+func (c *callTracker) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	c.begin()
+	defer c.end()
+	return h(ctx, req)
+}
+
+func (c *callTracker) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if info.IsServerStream && !info.IsClientStream {
+		return h(srv, ss)
+	}
+	c.begin()
+	defer c.end()
+	return h(srv, ss)
 }
 
 // Close releases everything New acquired. It is safe to call more than once.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server/gsl"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -461,11 +462,95 @@ func (h *Hub) Watch(ctx context.Context, o WatchOptions, send func(Item) error) 
 }
 
 // replay sends what o selects in (from, to] from JetStream and returns the
-// last sequence covered.
+// last sequence covered. It reads through a consumer of its own, which it
+// deletes when it returns however it ends (one made for a request that was
+// cancelled meanwhile included). If the server drops that consumer while
+// send is blocked (a watcher that stopped reading for longer than the
+// consumer's inactivity limit), it goes on from the cursor with a new one.
 func (h *Hub) replay(ctx context.Context, o WatchOptions, from, to uint64, send func(Item) error) (uint64, error) {
+	var cons jetstream.Consumer
+	defer func() {
+		if cons != nil {
+			h.deleteConsumer(ctx, cons.CachedInfo().Name)
+		}
+	}()
+	var pending uint64
+	cursor := from
+	for cursor < to {
+		if cons == nil {
+			c, err := h.replayConsumer(ctx, o, cursor)
+			if err != nil {
+				return cursor, err
+			}
+			cons, pending = c, c.CachedInfo().NumPending
+		}
+		if pending == 0 {
+			break
+		}
+		select {
+		case <-h.done:
+			return cursor, ErrHubStopped
+		default:
+		}
+		batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(5*time.Second))
+		if err == nil {
+			got := 0
+			for msg := range batch.Messages() {
+				got++
+				meta, merr := msg.Metadata()
+				if merr != nil {
+					continue
+				}
+				seq := meta.Sequence.Stream
+				pending = meta.NumPending
+				if seq > to {
+					pending = 0
+					continue
+				}
+				ev, derr := event.Unmarshal(msg.Data())
+				if derr != nil {
+					h.metrics.decodeErrors.Inc()
+					continue
+				}
+				cursor = seq
+				if o.Match != nil && !o.Match(ev) {
+					continue
+				}
+				ev.ResourceVersion = strconv.FormatUint(seq, 10)
+				if err := send(Item{Seq: seq, Event: ev}); err != nil {
+					return cursor, err
+				}
+			}
+			if err = batch.Error(); err == nil && got == 0 {
+				var info *jetstream.ConsumerInfo
+				if info, err = cons.Info(ctx); err == nil {
+					pending = info.NumPending
+				}
+			}
+		}
+		switch {
+		case err == nil, errors.Is(err, nats.ErrTimeout):
+		case consumerGone(err):
+			// Dropped while the watcher did not read: go on from the cursor.
+			h.deleteConsumer(ctx, cons.CachedInfo().Name)
+			cons = nil
+		default:
+			return cursor, fmt.Errorf("watch replay: %w", err)
+		}
+	}
+	// Everything in (cursor, to] that the subjects select was sent or did not match.
+	return to, nil
+}
+
+// replayConsumer makes a consumer of what o selects after sequence after.
+// It fails with ErrTooOld when the stream no longer holds all of them.
+func (h *Hub) replayConsumer(ctx context.Context, o WatchOptions, after uint64) (jetstream.Consumer, error) {
 	cfg := jetstream.ConsumerConfig{
+		// Named here, so that it can be deleted even if the request that
+		// made it is cancelled before the answer.
+		Name:              "watch_" + nuid.Next(),
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       from + 1,
+		OptStartSeq:       after + 1,
 		AckPolicy:         jetstream.AckNonePolicy,
 		InactiveThreshold: time.Minute,
 		MemoryStorage:     true,
@@ -476,60 +561,39 @@ func (h *Hub) replay(ctx context.Context, o WatchOptions, from, to uint64, send 
 	} else {
 		cfg.FilterSubjects = o.Subjects
 	}
-	cons, err := h.stream.CreateConsumer(ctx, cfg)
+	// Made whether or not the watch is cancelled meanwhile, then deleted
+	// by the caller: a delete sent while the create is still under way
+	// could be served first and leave the consumer behind.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	cons, err := h.stream.CreateConsumer(cctx, cfg)
+	cancel()
 	if err != nil {
-		return from, fmt.Errorf("watch replay: %w", err)
+		h.deleteConsumer(ctx, cfg.Name)
+		return nil, fmt.Errorf("watch replay: %w", err)
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = h.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
-	}()
-	pending := cons.CachedInfo().NumPending
-	cursor := from
-	for pending > 0 && cursor < to {
-		batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return cursor, fmt.Errorf("watch replay: %w", err)
-		}
-		got := 0
-		for msg := range batch.Messages() {
-			got++
-			meta, err := msg.Metadata()
-			if err != nil {
-				continue
-			}
-			seq := meta.Sequence.Stream
-			pending = meta.NumPending
-			if seq > to {
-				pending = 0
-				continue
-			}
-			ev, err := event.Unmarshal(msg.Data())
-			if err != nil {
-				h.metrics.decodeErrors.Inc()
-				continue
-			}
-			cursor = seq
-			if o.Match != nil && !o.Match(ev) {
-				continue
-			}
-			ev.ResourceVersion = strconv.FormatUint(seq, 10)
-			if err := send(Item{Seq: seq, Event: ev}); err != nil {
-				return cursor, err
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return cursor, fmt.Errorf("watch replay: %w", err)
-		}
-		if got == 0 {
-			info, err := cons.Info(ctx)
-			if err != nil {
-				return cursor, fmt.Errorf("watch replay: %w", err)
-			}
-			pending = info.NumPending
-		}
+	info, err := h.stream.Info(ctx)
+	if err != nil {
+		h.deleteConsumer(ctx, cfg.Name)
+		return nil, fmt.Errorf("watch replay: stream info: %w", err)
 	}
-	// Everything in (cursor, to] that the subjects select was sent or did not match.
-	return to, nil
+	if after+1 < info.State.FirstSeq {
+		h.deleteConsumer(ctx, cfg.Name)
+		return nil, fmt.Errorf("%w: %d; the oldest kept is %d", ErrTooOld, after, info.State.FirstSeq)
+	}
+	return cons, nil
+}
+
+// deleteConsumer deletes a replay consumer, whatever became of ctx.
+func (h *Hub) deleteConsumer(ctx context.Context, name string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := h.stream.DeleteConsumer(dctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		h.log.Debug("watch replay: delete consumer", "consumer", name, "err", err)
+	}
+}
+
+// consumerGone reports whether err says the replay consumer no longer
+// exists (the server deleted it as inactive).
+func consumerGone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, nats.ErrNoResponders)
 }

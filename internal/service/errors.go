@@ -90,6 +90,8 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "resourceVersion", Description: err.Error()}}})
 	case errors.Is(err, jetstream.ErrHubStopped):
 		return status.Error(codes.Unavailable, "gateway is shutting down; reconnect")
+	case errors.Is(err, ErrDraining):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "canceled")
 	case errors.Is(err, context.DeadlineExceeded):

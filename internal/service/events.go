@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,6 +77,9 @@ type Events struct {
 	log     *slog.Logger
 	tracer  trace.Tracer
 	metrics *Metrics
+
+	drainOnce sync.Once
+	draining  chan struct{} // closed by Drain
 }
 
 // Metrics are the service's metrics.
@@ -101,7 +105,19 @@ func NewEvents(cfg EventsConfig, pub Publisher, w Watcher, store Store, floor Fl
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &Events{cfg: cfg, pub: pub, watch: w, store: store, floor: floor, log: log, tracer: tp.Tracer("github.com/eventgate/eventgate/internal/service"), metrics: m}
+	return &Events{cfg: cfg, pub: pub, watch: w, store: store, floor: floor, log: log, tracer: tp.Tracer("github.com/eventgate/eventgate/internal/service"), metrics: m,
+		draining: make(chan struct{})}
+}
+
+// ErrDraining ends an emit stream when the gateway shuts down: every batch
+// acknowledged before it is stored; the emitter sends the rest to another
+// gateway (or to this one when it is back).
+var ErrDraining = errors.New("gateway shutting down: the batches acknowledged on this stream are stored; send the rest again")
+
+// Drain makes open emit streams stop taking batches: each acknowledges what
+// it took, then ends with Unavailable (ErrDraining).
+func (s *Events) Drain() {
+	s.drainOnce.Do(func() { close(s.draining) })
 }
 
 // Emit implements EventService.Emit.
@@ -114,7 +130,9 @@ func (s *Events) Emit(ctx context.Context, req *eventgatev1.EmitRequest) (*event
 }
 
 // EmitStream implements EventService.EmitStream: batches are validated and
-// published as they arrive, and acknowledged in order once durable.
+// published as they arrive, in order, and acknowledged in order once
+// durable. On Drain it stops taking batches, acknowledges those it took and
+// ends with Unavailable.
 func (s *Events) EmitStream(stream eventgatev1.EventService_EmitStreamServer) error {
 	ctx := stream.Context()
 	type pending struct {
@@ -141,12 +159,43 @@ func (s *Events) EmitStream(stream eventgatev1.EventService_EmitStreamServer) er
 			}
 		}
 	}()
+	// Receiving runs apart, so that a drain ends a stream whose emitter
+	// sends nothing; it stops at the stream's end or when this returns.
+	type received struct {
+		req *eventgatev1.EmitStreamRequest
+		err error
+	}
+	reqs := make(chan received)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			select {
+			case reqs <- received{req, err}:
+			case <-done:
+				return
+			}
+			if err != nil && !IsBadMessage(err) {
+				return
+			}
+		}
+	}()
 	var recvErr error
+	drained := false
+loop:
 	for {
-		req, err := stream.Recv()
+		var r received
+		select {
+		case r = <-reqs:
+		case <-s.draining:
+			drained = true
+			break loop
+		}
 		var wait func() ([]*eventgatev1.EmitResult, error)
-		switch {
+		switch err := r.err; {
 		case err == nil:
+			req := r.req
 			wait, err = s.startEmit(ctx, batch{req.GetEvents(), req.GetTenant(), req.GetIdempotencyKey(), req.GetClientCounted()})
 			if err != nil {
 				wait = func() ([]*eventgatev1.EmitResult, error) { return nil, err }
@@ -160,12 +209,10 @@ func (s *Events) EmitStream(stream eventgatev1.EventService_EmitStreamServer) er
 			if !errors.Is(err, io.EOF) {
 				recvErr = err
 			}
-		}
-		if wait == nil {
-			break
+			break loop
 		}
 		select {
-		case acks <- pending{id: req.GetBatchId(), wait: wait}:
+		case acks <- pending{id: r.req.GetBatchId(), wait: wait}:
 		case err := <-sendErr:
 			close(acks)
 			return err
@@ -175,10 +222,10 @@ func (s *Events) EmitStream(stream eventgatev1.EventService_EmitStreamServer) er
 	if err := <-sendErr; err != nil {
 		return err
 	}
-	if recvErr != nil {
-		return recvErr
+	if drained {
+		return toStatus(s.log, "EmitStream", ErrDraining)
 	}
-	return nil
+	return recvErr
 }
 
 // badMessageReason marks a request message the server read whole and
