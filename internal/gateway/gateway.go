@@ -347,16 +347,17 @@ func (g *Gateway) stop() {
 	case <-grace.C:
 	case <-ctx.Done():
 	}
-	g.log.Warn("closing the connections of watches and requests that did not end")
+	g.log.Info("closing the connections still open (watchers that do not read, reflection streams)")
 	_ = g.httpSrv.Close()
 	g.grpc.Stop()
 	g.grpcInproc.Stop()
 	<-done
 }
 
-// callTracker counts the calls in flight other than watches (server
-// streams: StreamWatch, the health service's Watch), which end on their
-// own at shutdown only if their clients read.
+// callTracker counts the calls in flight whose end matters at shutdown:
+// requests and emit streams (acknowledgements to deliver). Watches end on
+// their own only if their clients read, and other streams (reflection, the
+// health service's Watch) carry nothing to finish.
 type callTracker struct {
 	mu     sync.Mutex
 	n      int
@@ -398,7 +399,7 @@ func (c *callTracker) unary(ctx context.Context, req any, _ *grpc.UnaryServerInf
 }
 
 func (c *callTracker) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if info.IsServerStream && !info.IsClientStream {
+	if info.FullMethod != eventgatev1.EventService_EmitStream_FullMethodName {
 		return h(srv, ss)
 	}
 	c.begin()

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
@@ -259,5 +260,49 @@ func TestQA4ShutdownWithStalledWatcher(t *testing.T) {
 				t.Fatalf("graceful stop with one stalled watcher took %v (shutdown timeout %v): the watch was not ended", d.Round(time.Millisecond), timeout)
 			}
 		})
+	}
+}
+
+// TestShutdownWithReflectionStreamOpen: grpcurl keeps its reflection stream
+// open for as long as it runs; an open one (beside an emit stream) must not
+// hold the stop to its timeout either.
+func TestShutdownWithReflectionStreamOpen(t *testing.T) {
+	const timeout = 20 * time.Second
+	tg := startGatewayWith(t, t.TempDir(), func(c *config.Config) { c.ShutdownTimeout = timeout })
+	defer tg.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+	defer cancel()
+	conn, err := grpc.NewClient(tg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := refl.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	es, err := eventgatev1.NewEventServiceClient(conn).EmitStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := es.Send(&eventgatev1.EmitStreamRequest{BatchId: "1", Events: []*eventgatev1.Event{testEvent("Open", "Pod", "ns", "r")}}); err != nil {
+		t.Fatal(err)
+	}
+	if ack, err := es.Recv(); err != nil || ack.Error != nil {
+		t.Fatalf("ack: %v %v", ack, err)
+	}
+	start := time.Now()
+	tg.stop()
+	if d := time.Since(start); d > timeout/3 {
+		t.Fatalf("stop with a reflection stream open took %v (shutdown timeout %v)", d.Round(time.Millisecond), timeout)
+	}
+	if _, err := es.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("the emit stream ended with %v, want Unavailable", err)
 	}
 }
