@@ -102,27 +102,12 @@ func TestQA4ShutdownWithOpenEmitStream(t *testing.T) {
 	defer tg.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
 	defer cancel()
-	// A connection of the emitter's own: tg.stop closes tg.client's.
-	conn, err := grpc.NewClient(tg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	s, err := eventgatev1.NewEventServiceClient(conn).EmitStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Send(&eventgatev1.EmitStreamRequest{BatchId: "1", Events: []*eventgatev1.Event{testEvent("Open", "Pod", "ns", "p")}}); err != nil {
-		t.Fatal(err)
-	}
-	if ack, err := s.Recv(); err != nil || ack.Error != nil {
-		t.Fatalf("ack: %v %v", ack, err)
-	}
+	_, s := ackedEmitStream(t, ctx, tg, "p")
 	// The emitter stays connected, as a long-lived emitter does.
 	start := time.Now()
 	stopped := make(chan struct{})
 	go func() { tg.stop(); close(stopped) }()
-	_, err = s.Recv()
+	_, err := s.Recv()
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("open emit stream ended with %v after %v, want Unavailable (shutting down)", err, time.Since(start).Round(time.Millisecond))
 	}
@@ -272,11 +257,7 @@ func TestShutdownWithReflectionStreamOpen(t *testing.T) {
 	defer tg.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
 	defer cancel()
-	conn, err := grpc.NewClient(tg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn, es := ackedEmitStream(t, ctx, tg, "r")
 	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -287,16 +268,6 @@ func TestShutdownWithReflectionStreamOpen(t *testing.T) {
 	if _, err := refl.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	es, err := eventgatev1.NewEventServiceClient(conn).EmitStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := es.Send(&eventgatev1.EmitStreamRequest{BatchId: "1", Events: []*eventgatev1.Event{testEvent("Open", "Pod", "ns", "r")}}); err != nil {
-		t.Fatal(err)
-	}
-	if ack, err := es.Recv(); err != nil || ack.Error != nil {
-		t.Fatalf("ack: %v %v", ack, err)
-	}
 	start := time.Now()
 	tg.stop()
 	if d := time.Since(start); d > timeout/3 {
@@ -305,4 +276,26 @@ func TestShutdownWithReflectionStreamOpen(t *testing.T) {
 	if _, err := es.Recv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("the emit stream ended with %v, want Unavailable", err)
 	}
+}
+
+// ackedEmitStream opens an emit stream on a connection of its own to tg
+// (tg.stop closes tg.client's) and has one batch acknowledged on it.
+func ackedEmitStream(t *testing.T, ctx context.Context, tg *testGateway, name string) (*grpc.ClientConn, grpc.BidiStreamingClient[eventgatev1.EmitStreamRequest, eventgatev1.EmitStreamResponse]) {
+	t.Helper()
+	conn, err := grpc.NewClient(tg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	s, err := eventgatev1.NewEventServiceClient(conn).EmitStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&eventgatev1.EmitStreamRequest{BatchId: "1", Events: []*eventgatev1.Event{testEvent("Open", "Pod", "ns", name)}}); err != nil {
+		t.Fatal(err)
+	}
+	if ack, err := s.Recv(); err != nil || ack.Error != nil {
+		t.Fatalf("ack: %v %v", ack, err)
+	}
+	return conn, s
 }
