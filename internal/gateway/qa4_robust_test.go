@@ -130,17 +130,8 @@ func TestQA4ShutdownWithOpenEmitStream(t *testing.T) {
 // over 900,000 events, read 10, pause 75 s: 1,014 more events, then Internal.
 func TestQA4PausedReplayingWatcherResumable(t *testing.T) {
 	tg := startGateway(t, nil)
-	const total, batch = 8000, 500
-	note := strings.Repeat("x", 1000) // more than the client's flow-control windows hold
-	for i := 0; i < total; i += batch {
-		var evs []*eventgatev1.Event
-		for j := i; j < i+batch; j++ {
-			e := testEvent("Replay", "Job", "ns", fmt.Sprintf("j%d", j))
-			e.Note = note
-			evs = append(evs, e)
-		}
-		emit(t, tg.client, evs...)
-	}
+	const total = 8000
+	emitBulk(t, tg, "Replay", "j", total)
 	before := consumerCount(t, tg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -213,18 +204,7 @@ func TestQA4ShutdownWithStalledWatcher(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			note := strings.Repeat("x", 1000)
-			emitMany := func(prefix string) {
-				for i := 0; i < 4000; i += 500 {
-					var evs []*eventgatev1.Event
-					for j := i; j < i+500; j++ {
-						e := testEvent("Stall", "Job", "ns", fmt.Sprintf("%s%d", prefix, j))
-						e.Note = note
-						evs = append(evs, e)
-					}
-					emit(t, tg.client, evs...)
-				}
-			}
+			emitMany := func(prefix string) { emitBulk(t, tg, "Stall", prefix, 4000) }
 			if from != "" {
 				emitMany("old")
 			}
@@ -298,4 +278,21 @@ func ackedEmitStream(t *testing.T, ctx context.Context, tg *testGateway, name st
 		t.Fatalf("ack: %v %v", ack, err)
 	}
 	return conn, s
+}
+
+// emitBulk emits n events of kind Job named prefix0, prefix1, … in batches
+// of 500, each with a 1 KB note: more than a client's flow-control windows
+// hold, so that a watcher that does not read blocks its sends.
+func emitBulk(t *testing.T, tg *testGateway, reason, prefix string, n int) {
+	t.Helper()
+	note := strings.Repeat("x", 1000)
+	for i := 0; i < n; i += 500 {
+		var evs []*eventgatev1.Event
+		for j := i; j < min(i+500, n); j++ {
+			e := testEvent(reason, "Job", "ns", fmt.Sprintf("%s%d", prefix, j))
+			e.Note = note
+			evs = append(evs, e)
+		}
+		emit(t, tg.client, evs...)
+	}
 }
