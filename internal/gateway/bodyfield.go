@@ -160,9 +160,6 @@ func fieldAt(body []byte, md protoreflect.MessageDescriptor, off int) string {
 			path, cmd, isMap, isList = child()
 		}
 		if dec.InputOffset() > int64(off) {
-			if path == "" {
-				return ""
-			}
 			return path
 		}
 		switch tok {

@@ -63,11 +63,7 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	if derr := bodyDecodeError(r); derr != nil && status.Code(err) == codes.InvalidArgument {
 		// The body did not decode: name the field the decoder stopped at
 		// (google.rpc.BadRequest), as every other invalid request does.
-		st := status.New(codes.InvalidArgument, derr.Error())
-		if d, e := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: decodeErrorField(derr), Description: derr.Error()}}}); e == nil {
-			st = d
-		}
-		writeStatus(w, st)
+		writeStatus(w, invalidField(derr.Error(), decodeErrorField(derr), derr.Error()))
 		return
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && len(st.Details()) == 0 {
@@ -137,6 +133,16 @@ func only(method string, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// invalidField is an InvalidArgument status whose google.rpc.BadRequest
+// names field.
+func invalidField(msg, field, description string) *status.Status {
+	st := status.New(codes.InvalidArgument, msg)
+	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: description}}}); err == nil {
+		st = d
+	}
+	return st
 }
 
 // writeStatus writes a google.rpc.Status JSON body, the shape every REST error has.
@@ -246,11 +252,7 @@ func queryFreeEmit(next http.Handler) http.Handler {
 		if len(keys) > 0 {
 			param = keys[0]
 		}
-		st := status.New(codes.InvalidArgument, fmt.Sprintf("query parameter %q: POST /v1/events takes no query parameters; the request, tenant included, is the JSON body", param))
-		if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: param, Description: "is not a parameter of POST /v1/events (the request is the body)"}}}); err == nil {
-			st = d
-		}
-		writeStatus(w, st)
+		writeStatus(w, (&queryParamError{Param: param, Description: "POST /v1/events takes no query parameters: its request, tenant included, is the JSON body"}).status())
 	})
 }
 
@@ -322,11 +324,7 @@ func validURL(next http.Handler) http.Handler {
 			k8sapi.WriteBadRequest(w, msg)
 			return
 		}
-		st := status.New(codes.InvalidArgument, msg)
-		if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: "must be valid UTF-8"}}}); err == nil {
-			st = d
-		}
-		writeStatus(w, st)
+		writeStatus(w, invalidField(msg, field, "must be valid UTF-8"))
 	})
 }
 

@@ -98,10 +98,7 @@ func TestQA4CancelledResumedWatchesLeaveNoConsumers(t *testing.T) {
 // exits after 15.6s (the 15s default timeout) instead of at once.
 func TestQA4ShutdownWithOpenEmitStream(t *testing.T) {
 	const timeout = 20 * time.Second
-	tg := startGatewayWith(t, t.TempDir(), func(c *config.Config) { c.ShutdownTimeout = timeout })
-	defer tg.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
-	defer cancel()
+	tg, ctx := gatewayToStop(t, timeout)
 	_, s := ackedEmitStream(t, ctx, tg, "p")
 	// The emitter stays connected, as a long-lived emitter does.
 	start := time.Now()
@@ -195,10 +192,7 @@ func TestQA4ShutdownWithStalledWatcher(t *testing.T) {
 	for _, from := range []string{"", "0"} {
 		t.Run("resourceVersion="+from, func(t *testing.T) {
 			const timeout = 20 * time.Second
-			tg := startGatewayWith(t, t.TempDir(), func(c *config.Config) { c.ShutdownTimeout = timeout })
-			defer tg.stop()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
-			defer cancel()
+			tg, ctx := gatewayToStop(t, timeout)
 			conn, err := grpc.NewClient(tg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
@@ -233,10 +227,7 @@ func TestQA4ShutdownWithStalledWatcher(t *testing.T) {
 // hold the stop to its timeout either.
 func TestShutdownWithReflectionStreamOpen(t *testing.T) {
 	const timeout = 20 * time.Second
-	tg := startGatewayWith(t, t.TempDir(), func(c *config.Config) { c.ShutdownTimeout = timeout })
-	defer tg.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
-	defer cancel()
+	tg, ctx := gatewayToStop(t, timeout)
 	conn, es := ackedEmitStream(t, ctx, tg, "r")
 	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
 	if err != nil {
@@ -295,4 +286,15 @@ func emitBulk(t *testing.T, tg *testGateway, reason, prefix string, n int) {
 		}
 		emit(t, tg.client, evs...)
 	}
+}
+
+// gatewayToStop starts a gateway with the shutdown timeout timeout, and a
+// context for its clients that outlives its stop.
+func gatewayToStop(t *testing.T, timeout time.Duration) (*testGateway, context.Context) {
+	t.Helper()
+	tg := startGatewayWith(t, t.TempDir(), func(c *config.Config) { c.ShutdownTimeout = timeout })
+	t.Cleanup(tg.stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+	t.Cleanup(cancel)
+	return tg, ctx
 }

@@ -11,8 +11,6 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -103,11 +101,7 @@ var queryParamErrorRE = regexp.MustCompile(`^query parameter ("(?:[^"\\]|\\.)*")
 // status is the InvalidArgument status of e, with a google.rpc.BadRequest
 // naming the parameter.
 func (e *queryParamError) status() *status.Status {
-	st := status.New(codes.InvalidArgument, e.Error())
-	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: e.Param, Description: e.Description}}}); err == nil {
-		st = d
-	}
-	return st
+	return invalidField(e.Error(), e.Param, e.Description)
 }
 
 // queryParamStatus is the status of the queryParamError that the generated

@@ -506,25 +506,29 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, e.idxs[0], err)
 		}
 	}
+	firsts := make([]int, len(entries))
+	for k := range entries {
+		firsts[k] = entries[k].idxs[0]
+	}
 	return func() ([]Result, error) {
 		defer forget()
-		return in.await(ctx, c, evs, msgIDs, futs, func(k int) []int { return entries[k].idxs })
+		return in.await(ctx, c, evs, msgIDs, futs, firsts)
 	}, nil
 }
 
-// await waits for the acknowledgements futs of a call's entries (idxs(k):
-// the occurrences of entry k), then for the call's decisions.
-func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, msgIDs []string, futs []jetstream.PubAckFuture, idxs func(int) []int) ([]Result, error) {
+// await waits for the acknowledgements futs of a call's entries (firsts[k]:
+// the first occurrence of entry k), then for the call's decisions.
+func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, msgIDs []string, futs []jetstream.PubAckFuture, firsts []int) ([]Result, error) {
 	for k, f := range futs {
 		select {
 		case ack := <-f.Ok():
 			if ack.Duplicate {
 				// Only an entry with a message id can be a duplicate.
-				i := idxs(k)[0]
+				i := firsts[k]
 				c.set(i, in.duplicate(ctx, c, evs[i], msgIDs[i]))
 			}
 		case err := <-f.Err():
-			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, idxs(k)[0], err)
+			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, firsts[k], err)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %w", ErrNotDurable, ctx.Err())
 		}

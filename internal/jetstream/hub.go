@@ -475,14 +475,16 @@ func (h *Hub) replay(ctx context.Context, o WatchOptions, from, to uint64, send 
 		}
 	}()
 	var pending uint64
-	cursor := from
+	cursor, again := from, false
 	for cursor < to {
 		if cons == nil {
-			c, err := h.replayConsumer(ctx, o, cursor)
+			// Watch checked that the stream holds what follows from; a
+			// consumer made again must find it still held.
+			c, err := h.replayConsumer(ctx, o, cursor, again)
 			if err != nil {
 				return cursor, err
 			}
-			cons, pending = c, c.CachedInfo().NumPending
+			cons, pending, again = c, c.CachedInfo().NumPending, true
 		}
 		if pending == 0 {
 			break
@@ -492,42 +494,8 @@ func (h *Hub) replay(ctx context.Context, o WatchOptions, from, to uint64, send 
 			return cursor, ErrHubStopped
 		default:
 		}
-		batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(5*time.Second))
-		if err == nil {
-			got := 0
-			for msg := range batch.Messages() {
-				got++
-				meta, merr := msg.Metadata()
-				if merr != nil {
-					continue
-				}
-				seq := meta.Sequence.Stream
-				pending = meta.NumPending
-				if seq > to {
-					pending = 0
-					continue
-				}
-				ev, derr := event.Unmarshal(msg.Data())
-				if derr != nil {
-					h.metrics.decodeErrors.Inc()
-					continue
-				}
-				cursor = seq
-				if o.Match != nil && !o.Match(ev) {
-					continue
-				}
-				ev.ResourceVersion = strconv.FormatUint(seq, 10)
-				if err := send(Item{Seq: seq, Event: ev}); err != nil {
-					return cursor, err
-				}
-			}
-			if err = batch.Error(); err == nil && got == 0 {
-				var info *jetstream.ConsumerInfo
-				if info, err = cons.Info(ctx); err == nil {
-					pending = info.NumPending
-				}
-			}
-		}
+		var err error
+		cursor, pending, err = h.replayBatch(ctx, cons, o, cursor, pending, to, send)
 		switch {
 		case err == nil, errors.Is(err, nats.ErrTimeout):
 		case consumerGone(err):
@@ -535,16 +503,65 @@ func (h *Hub) replay(ctx context.Context, o WatchOptions, from, to uint64, send 
 			h.deleteConsumer(ctx, cons.CachedInfo().Name)
 			cons = nil
 		default:
-			return cursor, fmt.Errorf("watch replay: %w", err)
+			return cursor, err
 		}
 	}
 	// Everything in (cursor, to] that the subjects select was sent or did not match.
 	return to, nil
 }
 
-// replayConsumer makes a consumer of what o selects after sequence after.
-// It fails with ErrTooOld when the stream no longer holds all of them.
-func (h *Hub) replayConsumer(ctx context.Context, o WatchOptions, after uint64) (jetstream.Consumer, error) {
+// replayBatch fetches and sends one batch of a replay, from cursor with
+// pending messages left, and returns the new cursor and pending count. An
+// error of send is returned as it is; one of the consumer is wrapped.
+func (h *Hub) replayBatch(ctx context.Context, cons jetstream.Consumer, o WatchOptions, cursor, pending, to uint64, send func(Item) error) (uint64, uint64, error) {
+	batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		return cursor, pending, fmt.Errorf("watch replay: %w", err)
+	}
+	got := 0
+	for msg := range batch.Messages() {
+		got++
+		meta, err := msg.Metadata()
+		if err != nil {
+			continue
+		}
+		seq := meta.Sequence.Stream
+		pending = meta.NumPending
+		if seq > to {
+			pending = 0
+			continue
+		}
+		ev, err := event.Unmarshal(msg.Data())
+		if err != nil {
+			h.metrics.decodeErrors.Inc()
+			continue
+		}
+		cursor = seq
+		if o.Match != nil && !o.Match(ev) {
+			continue
+		}
+		ev.ResourceVersion = strconv.FormatUint(seq, 10)
+		if err := send(Item{Seq: seq, Event: ev}); err != nil {
+			return cursor, pending, err
+		}
+	}
+	if err := batch.Error(); err != nil {
+		return cursor, pending, fmt.Errorf("watch replay: %w", err)
+	}
+	if got == 0 {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return cursor, pending, fmt.Errorf("watch replay: %w", err)
+		}
+		pending = info.NumPending
+	}
+	return cursor, pending, nil
+}
+
+// replayConsumer makes a consumer of what o selects after sequence after;
+// with check, it fails with ErrTooOld when the stream no longer holds all
+// of them.
+func (h *Hub) replayConsumer(ctx context.Context, o WatchOptions, after uint64, check bool) (jetstream.Consumer, error) {
 	cfg := jetstream.ConsumerConfig{
 		// Named here, so that it can be deleted even if the request that
 		// made it is cancelled before the answer.
@@ -570,6 +587,9 @@ func (h *Hub) replayConsumer(ctx context.Context, o WatchOptions, after uint64) 
 	if err != nil {
 		h.deleteConsumer(ctx, cfg.Name)
 		return nil, fmt.Errorf("watch replay: %w", err)
+	}
+	if !check {
+		return cons, nil
 	}
 	info, err := h.stream.Info(ctx)
 	if err != nil {
