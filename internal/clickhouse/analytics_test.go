@@ -15,6 +15,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 )
 
 // analyticsT0 is the start of the window the analytics data set is built
@@ -362,10 +363,10 @@ func TestAnalyticsIngestHeaders(t *testing.T) {
 			msg := nats.NewMsg(event.SubjectOf(r.Event))
 			msg.Data = b
 			if reason != "" {
-				msg.Header.Set(HeaderWriteReason, reason)
+				msg.Header.Set(wire.HeaderWriteReason, reason)
 			}
 			if minutes != "" {
-				msg.Header.Set(HeaderSeriesMinutes, minutes)
+				msg.Header.Set(wire.HeaderSeriesMinutes, minutes)
 			}
 			acks, err := n.pub.Publish(context.Background(), []*nats.Msg{msg})
 			if err != nil {
@@ -409,27 +410,6 @@ func TestAnalyticsIngestHeaders(t *testing.T) {
 			t.Errorf("write reasons stored: %v", reasons)
 		}
 	})
-}
-
-func TestParseSeriesMinutes(t *testing.T) {
-	m0 := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
-	u := m0.Unix() / 60
-	got, err := ParseSeriesMinutes(fmt.Sprintf("%d=2, %d=1,%d=3,%d=0", u+1, u, u+1, u+5))
-	want := []SeriesMinute{{m0, 1}, {m0.Add(time.Minute), 5}}
-	if err != nil || !cmp.Equal(want, got) {
-		t.Fatalf("got %v %v, want %v", got, err, want)
-	}
-	if s := FormatSeriesMinutes(want); s != fmt.Sprintf("%d=1,%d=5", u, u+1) {
-		t.Errorf("format: %s", s)
-	}
-	if got, err := ParseSeriesMinutes(""); got != nil || err != nil {
-		t.Errorf("empty: %v %v", got, err)
-	}
-	for _, bad := range []string{"x", "1=", "=1", "a=1", "1=b", "-1=1", "1=-1", "1=99999999999", "99999999999999=1"} {
-		if _, err := ParseSeriesMinutes(bad); err == nil {
-			t.Errorf("%q parsed", bad)
-		}
-	}
 }
 
 // TestAnalyticsMigrationBackfill: events stored before the analytics

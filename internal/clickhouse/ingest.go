@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 )
 
 // DefaultIngestConsumer is the durable consumer every gateway replica
@@ -340,11 +341,11 @@ func (in *Ingester) decode(msgs []jetstream.Msg) *batch {
 		}
 		row := Row{Seq: md.Sequence.Stream, Subject: m.Subject(), Event: ev, StoredAt: md.Timestamp, Raw: m.Data()}
 		if h := m.Headers(); h != nil {
-			row.WriteReason = h.Get(HeaderWriteReason)
-			if v := h.Get(HeaderSeriesMinutes); v != "" {
+			row.WriteReason = h.Get(wire.HeaderWriteReason)
+			if v := h.Get(wire.HeaderSeriesMinutes); v != "" {
 				// A bad per-minute record does not lose the event: its
 				// occurrences count at its eventTime instead.
-				if row.Minutes, err = ParseSeriesMinutes(v); err != nil {
+				if row.Minutes, err = wire.ParseMinutes(v); err != nil {
 					in.m.errors.WithLabelValues("minutes").Inc()
 					in.log.Warn("clickhouse ingest: per-minute record ignored", "seq", md.Sequence.Stream, "err", err)
 				}

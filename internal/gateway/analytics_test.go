@@ -33,6 +33,7 @@ import (
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 )
 
 // Principals of the analytics test.
@@ -119,10 +120,10 @@ func publishEventsMessage(t testing.TB, tg *testGateway, ev *eventgatev1.Event, 
 	m := nats.NewMsg(event.SubjectOf(ev))
 	m.Data = b
 	if reason != "" {
-		m.Header.Set(clickhouse.HeaderWriteReason, reason)
+		m.Header.Set(wire.HeaderWriteReason, reason)
 	}
 	if len(minutes) > 0 {
-		m.Header.Set(clickhouse.HeaderSeriesMinutes, clickhouse.FormatSeriesMinutes(minutes))
+		m.Header.Set(wire.HeaderSeriesMinutes, wire.FormatMinutes(minutes))
 	}
 	ack, err := tg.js.PublishMsg(context.Background(), m)
 	if err != nil {

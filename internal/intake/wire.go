@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/series"
 )
 
@@ -31,31 +32,27 @@ const (
 	// HeaderWriteReason, on an events message, says why it was written:
 	// a series.Reason name, or ReasonClient for an event its emitter
 	// aggregated itself.
-	HeaderWriteReason = "Eventgate-Write-Reason"
+	HeaderWriteReason = wire.HeaderWriteReason
 	// HeaderSeriesMinutes, on an events message, lists the occurrences the
 	// write adds per minute of log time: "<unix minute>=<count>,…". Over all
 	// writes of one uid (deduplicated by Nats-Msg-Id) they sum to its count.
-	HeaderSeriesMinutes = "Eventgate-Series-Minutes"
+	HeaderSeriesMinutes = wire.HeaderSeriesMinutes
 	// ReasonClient is the write reason of an event that arrived with its
 	// series already set, or from an emitter that counts its own series
 	// (SubmitAsIs), and is stored as it is.
-	ReasonClient = "client"
+	ReasonClient = wire.ReasonClient
 	// pinHeader is the JetStream header naming the pinned client.
 	pinHeader = "Nats-Pin-Id"
 )
 
-// FormatMinutes encodes ms for HeaderSeriesMinutes; "" for none.
+// FormatMinutes encodes ms for HeaderSeriesMinutes (wire.FormatMinutes);
+// "" for none.
 func FormatMinutes(ms []series.MinuteCount) string {
-	var b strings.Builder
+	out := make([]wire.Minute, len(ms))
 	for i, m := range ms {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatInt(m.Start.Unix()/60, 10))
-		b.WriteByte('=')
-		b.WriteString(strconv.FormatInt(int64(m.Count), 10))
+		out[i] = wire.Minute{Start: m.Start, Count: uint32(m.Count)}
 	}
-	return b.String()
+	return wire.FormatMinutes(out)
 }
 
 // MinuteCount is one entry of HeaderSeriesMinutes.
