@@ -22,6 +22,7 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/series"
 )
 
@@ -273,7 +274,7 @@ func minutesSum(t testing.TB, versions []stored) int64 {
 			continue
 		}
 		seen[id] = true
-		ms, err := ParseMinutes(v.hdr.Get(HeaderSeriesMinutes))
+		ms, err := wire.ParseMinutes(v.hdr.Get(HeaderSeriesMinutes))
 		if err != nil {
 			t.Fatalf("version %d: %v", v.seq, err)
 		}

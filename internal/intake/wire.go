@@ -55,36 +55,6 @@ func FormatMinutes(ms []series.MinuteCount) string {
 	return wire.FormatMinutes(out)
 }
 
-// MinuteCount is one entry of HeaderSeriesMinutes.
-type MinuteCount struct {
-	Minute int64 // unix minute
-	Count  int32
-}
-
-// ParseMinutes decodes HeaderSeriesMinutes.
-func ParseMinutes(s string) ([]MinuteCount, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var out []MinuteCount
-	for part := range strings.SplitSeq(s, ",") {
-		k, v, ok := strings.Cut(part, "=")
-		if !ok {
-			return nil, errors.New("series minutes: missing '='")
-		}
-		m, err := strconv.ParseInt(k, 10, 64)
-		if err != nil {
-			return nil, errors.New("series minutes: bad minute")
-		}
-		n, err := strconv.ParseInt(v, 10, 32)
-		if err != nil || n < 1 {
-			return nil, errors.New("series minutes: bad count")
-		}
-		out = append(out, MinuteCount{Minute: m, Count: int32(n)})
-	}
-	return out, nil
-}
-
 // decision is what an owner tells the Submit that logged an entry.
 type decision struct {
 	index   uint32
