@@ -71,6 +71,8 @@ type Stats struct {
 	// still start one.
 	ActiveSeries int
 	TrackedKeys  int
+	// TrackedBytes: the memory the tracked keys account for.
+	TrackedBytes int64
 	// Occurrences aggregated (duplicates excluded).
 	Occurrences uint64
 	// Folded: occurrences counted into a series without a write of their
@@ -78,8 +80,11 @@ type Stats struct {
 	Folded uint64
 	// Duplicates: log entries an owner skipped as already folded.
 	Duplicates uint64
-	// EvictedSingletons: singletons forgotten early at the series cap.
+	// EvictedSingletons: singletons forgotten early at the memory budget.
 	EvictedSingletons uint64
+	// FirstReads: first occurrences read back from the log to start a
+	// series.
+	FirstReads uint64
 	// Writes to the events stream by the aggregation, by reason;
 	// ClientWrites: events stored as their emitter aggregated them.
 	Writes       [series.NumReasons]uint64
@@ -319,6 +324,7 @@ func (in *Intake) Stats() Stats {
 		}
 		s.ActiveSeries += int(pt.nseries.Load())
 		s.TrackedKeys += int(pt.nkeys.Load())
+		s.TrackedBytes += pt.nbytes.Load()
 	}
 	return s
 }

@@ -44,6 +44,7 @@ type partition struct {
 	owned   atomic.Bool
 	nkeys   atomic.Int64
 	nseries atomic.Int64
+	nbytes  atomic.Int64
 
 	// Owner state: agg is nil when this replica does not own the partition.
 	pin     string
@@ -65,6 +66,9 @@ type partition struct {
 	// entry after it. See handle.
 	chainOK   bool
 	chainDseq uint64
+	// The intake entry last read back for the aggregator (see reader).
+	readSeq  uint64
+	readRaws [][]byte
 	// Ticks: when the last one was put in the log, and whether it is still
 	// to be consumed.
 	tickAt       time.Time
@@ -254,6 +258,7 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 			pt.log.Error("takeover: restore checkpoint", "err", err)
 			continue
 		}
+		agg.SetReader(pt.reader(ctx))
 		h.owner = pin
 		newRev, err := pt.in.store.putHead(ctx, pt.p, h, rev)
 		if err != nil {
@@ -295,11 +300,13 @@ func (pt *partition) drop() {
 	// A checkpoint still being written ends by itself: stored, or fenced
 	// off by the compare-and-set when someone claimed the head meanwhile.
 	pt.pipe, pt.agg, pt.pin, pt.ckpt = nil, nil, "", nil
+	pt.readSeq, pt.readRaws = 0, nil
 	pt.owned.Store(false)
 	pt.in.members.owned.Add(-1)
 	pt.in.m.owned.Dec()
 	pt.in.m.active.Sub(float64(pt.nseries.Swap(0)))
 	pt.in.m.tracked.Sub(float64(pt.nkeys.Swap(0)))
+	pt.in.m.bytes.Sub(float64(pt.nbytes.Swap(0)))
 }
 
 // release ends the run: after Stop, a graceful handover; after a crash of
@@ -551,12 +558,66 @@ func (pt *partition) occur(o occ) error {
 	}
 	// The aggregator keeps a singleton encoded, and a Created write is the
 	// occurrence's own bytes: no copy of the event, no second encoding.
-	d := pt.agg.ObserveEncoded(ev, o.raw, o.at, pos)
+	d, err := pt.agg.ObserveEncoded(ev, o.raw, o.at, pos)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errRead, err)
+	}
 	own := -1
 	if n := len(d.Writes); n > 0 && (d.Outcome == series.Created || d.Outcome == series.SeriesStarted) {
 		own = n - 1 // the occurrence's own write comes last
 	}
 	return pt.publish(d.Writes, o.hdr, own, item{reply: o.reply, hasDec: true, dec: decision{index: o.index, outcome: d.Outcome, uid: d.UID}})
+}
+
+// reader reads occurrences back from the partition's log for the
+// aggregator, which keeps a singleton's first occurrence only as its log
+// position: a second occurrence that starts the series needs the first
+// one's event. The entry read last is kept, since a batched entry holds
+// many first occurrences.
+func (pt *partition) reader(ctx context.Context) series.Reader {
+	return func(pos uint64) ([]byte, error) {
+		seq, k := pos>>posShift, int(pos&maxBatch)
+		if seq != pt.readSeq || pt.readRaws == nil {
+			raws, err := pt.readEntry(ctx, seq)
+			if err != nil {
+				return nil, err
+			}
+			pt.readSeq, pt.readRaws = seq, raws
+		}
+		if k >= len(pt.readRaws) {
+			return nil, fmt.Errorf("intake entry %d has no occurrence %d", seq, k)
+		}
+		return pt.readRaws[k], nil
+	}
+}
+
+// readEntry reads the occurrences of intake entry seq.
+func (pt *partition) readEntry(ctx context.Context, seq uint64) ([][]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		m, err := pt.in.stream.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) && attempt < 5 {
+			// A lagging replica answered the direct get: it will catch up.
+			backoff(ctx, time.Duration(attempt+1)*20*time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read intake entry %d: %w", seq, err)
+		}
+		if m.Subject != pt.subject {
+			return nil, fmt.Errorf("intake entry %d is on %q, not this partition's", seq, m.Subject)
+		}
+		b := m.Header.Get(HeaderBatch)
+		if b == "" {
+			return [][]byte{m.Data}, nil
+		}
+		idxs, err := parseIndexes(b)
+		if err != nil {
+			return nil, err
+		}
+		return splitBatch(m.Data, len(idxs))
+	}
 }
 
 // clientWriteID is the events message id of an event stored as its emitter
@@ -844,6 +905,8 @@ func (pt *partition) syncStats() {
 		Folded:            s.Folded - l.Folded,
 		Duplicates:        s.Duplicates - l.Duplicates,
 		EvictedSingletons: s.EvictedSingletons - l.EvictedSingletons,
+		Reads:             s.Reads - l.Reads,
+		Collisions:        s.Collisions - l.Collisions,
 	}
 	for r := range d.Writes {
 		d.Writes[r] = s.Writes[r] - l.Writes[r]
@@ -853,6 +916,7 @@ func (pt *partition) syncStats() {
 		t.Folded += d.Folded
 		t.Duplicates += d.Duplicates
 		t.EvictedSingletons += d.EvictedSingletons
+		t.FirstReads += d.Reads
 		for r := range d.Writes {
 			t.Writes[r] += d.Writes[r]
 		}
@@ -862,14 +926,16 @@ func (pt *partition) syncStats() {
 	m.folded.Add(float64(d.Folded))
 	m.saved.Add(float64(d.Folded))
 	m.evicted.Add(float64(d.EvictedSingletons))
+	m.reads.Add(float64(d.Reads))
+	m.collisions.Add(float64(d.Collisions))
 	for r := range d.Writes {
 		if d.Writes[r] > 0 {
 			m.writes.WithLabelValues(series.Reason(r).String()).Add(float64(d.Writes[r]))
 		}
 	}
 	if d.EvictedSingletons > 0 || d.Writes[series.ReasonEvicted] > 0 {
-		pt.log.Warn("series cap reached: singletons forgotten early, series finished early with their exact counts",
-			"maxActive", pt.agg.Config().MaxActive, "singletons", d.EvictedSingletons, "series", d.Writes[series.ReasonEvicted])
+		pt.log.Warn("series memory budget reached: singletons forgotten early, series finished early with their exact counts",
+			"maxBytes", pt.agg.Config().MaxBytes, "maxActive", pt.agg.Config().MaxActive, "singletons", d.EvictedSingletons, "series", d.Writes[series.ReasonEvicted])
 	}
 	pt.updateGauges()
 }
@@ -878,6 +944,7 @@ func (pt *partition) updateGauges() {
 	s := pt.agg.Stats()
 	pt.in.m.active.Add(float64(int64(s.Series) - pt.nseries.Swap(int64(s.Series))))
 	pt.in.m.tracked.Add(float64(int64(s.Keys) - pt.nkeys.Swap(int64(s.Keys))))
+	pt.in.m.bytes.Add(float64(s.Bytes - pt.nbytes.Swap(s.Bytes)))
 }
 
 func crcOf(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

@@ -68,11 +68,13 @@
 // # Protocol for the partition owner
 //
 //  1. Take over: a := RestoreCheckpoint(cfg, the partition's last persisted
-//     head, a reader of its segments), or New(cfg) when there is none. Consume the partition's log from
-//     a.Position()+1 (entries at or below Position are ignored anyway, so a
-//     durable consumer's redeliveries are harmless).
+//     head, a reader of its segments), or New(cfg) when there is none, and
+//     a.SetReader(a reader of the partition's log by position). Consume the
+//     partition's log from a.Position()+1 (entries at or below Position are
+//     ignored anyway, so a durable consumer's redeliveries are harmless).
 //  2. For each entry, in log order: Observe(ev, entry timestamp, entry
-//     sequence), or Tick for a tick entry. Publish the returned writes in
+//     sequence), or Tick for a tick entry. An Observe that fails to read a
+//     first occurrence back decided nothing: retry it, or restore. Publish the returned writes in
 //     order to the events stream with Nats-Msg-Id = Write.ID(); publishes may
 //     be asynchronous. Decision.Outcome and UID are the Emit result.
 //  3. Checkpoint every so often (every few seconds, or every N entries):
@@ -113,16 +115,21 @@
 //
 // # Memory bound
 //
-// Config.MaxActive caps the tracked keys. A new key at the cap first forgets
-// the oldest singleton (it is stored already, nothing is lost; if its key
-// recurs within Window it becomes a new singleton instead of starting a
-// series), counted in Stats.EvictedSingletons. When every tracked key is a
-// series, the least recently observed series is finished early with its
-// exact count (ReasonEvicted, state Finished), counted in
-// Stats.Writes[ReasonEvicted]; its key's next occurrence starts anew. Counts
-// are never dropped. The caller logs and meters both. A series whose count
-// reaches the int32 limit is finished (ReasonFinished) the same way before
-// its next occurrence starts a new one.
+// A singleton is tracked as its key's 128-bit hash, log time and log
+// position (about 130 bytes of heap, in structures without pointers); its
+// event is in the log, and is read back (Reader) when a second occurrence
+// starts the series, unless it is still in a ring of the most recent
+// encodings. An ongoing series keeps its first event decoded. Config.MaxBytes
+// is the budget of all of it (Stats.Bytes). A new key over the budget first
+// forgets the oldest singleton (it is stored already, nothing is lost; if
+// its key recurs within Window it becomes a new singleton instead of
+// starting a series), counted in Stats.EvictedSingletons. When every
+// tracked key is a series, the least recently observed series is finished
+// early with its exact count (ReasonEvicted, state Finished), counted in
+// Stats.Writes[ReasonEvicted]; its key's next occurrence starts anew.
+// Counts are never dropped. The caller logs and meters both. A series whose
+// count reaches the int32 limit is finished (ReasonFinished) the same way
+// before its next occurrence starts a new one.
 //
 // # Snapshots and positions
 //
@@ -131,8 +138,8 @@
 // snapshot keeps one position for the whole aggregator, not one per key: a
 // per-key position would be lost with a forgotten key, and a redelivery of
 // one of its entries would then be counted again as a new singleton. A
-// snapshot holds every tracked key's first event, latest note, count, times,
-// write sequence and the per-minute counts not yet written; it is protobuf
-// wire format (see snapshot.go), and costs about one event's encoding per
-// tracked key.
+// checkpoint holds each singleton as a 32-byte record (hash, time,
+// position) and each series' first event, latest note, count, times, write
+// sequence and the per-minute counts not yet written; it is protobuf wire
+// format (see checkpoint.go).
 package series
