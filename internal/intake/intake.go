@@ -500,6 +500,7 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 		e.m.Data = protowire.AppendBytes(e.m.Data, data)
 		e.idxs = append(e.idxs, i)
 	}
+	start := time.Now()
 	futs := make([]jetstream.PubAckFuture, len(entries))
 	for k := range entries {
 		e := &entries[k]
@@ -518,13 +519,13 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 	}
 	return func() ([]Result, error) {
 		defer forget()
-		return in.await(ctx, c, evs, msgIDs, futs, firsts)
+		return in.await(ctx, c, evs, msgIDs, futs, firsts, start)
 	}, nil
 }
 
 // await waits for the acknowledgements futs of a call's entries (firsts[k]:
 // the first occurrence of entry k), then for the call's decisions.
-func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, msgIDs []string, futs []jetstream.PubAckFuture, firsts []int) ([]Result, error) {
+func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, msgIDs []string, futs []jetstream.PubAckFuture, firsts []int, start time.Time) ([]Result, error) {
 	for k, f := range futs {
 		select {
 		case ack := <-f.Ok():
@@ -539,10 +540,13 @@ func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, 
 			return nil, fmt.Errorf("%w: %w", ErrNotDurable, ctx.Err())
 		}
 	}
+	logged := time.Now()
+	in.m.stage.WithLabelValues("log").Observe(logged.Sub(start).Seconds())
 	t := time.NewTimer(in.cfg.DecisionTimeout)
 	defer t.Stop()
 	select {
 	case <-c.done:
+		in.m.stage.WithLabelValues("decide").Observe(time.Since(logged).Seconds())
 	case <-t.C:
 	case <-ctx.Done():
 	case <-in.stopped:
@@ -605,9 +609,23 @@ func (in *Intake) duplicate(ctx context.Context, c *call, ev *eventgatev1.Event,
 }
 
 // onDecisions delivers an owner's decisions to the Submit waiting for them.
-func (in *Intake) onDecisions(m *nats.Msg) {
-	i := strings.LastIndexByte(m.Subject, '.')
-	id, err := strconv.ParseUint(m.Subject[i+1:], 36, 64)
+func (in *Intake) onDecisions(m *nats.Msg) { in.decide(m.Subject, m.Data) }
+
+// deliverLocal delivers decisions for a Submit of this replica in process,
+// without the round trip through the server; false when reply is another
+// replica's.
+func (in *Intake) deliverLocal(reply string, data []byte) bool {
+	if len(reply) <= len(in.inbox) || reply[len(in.inbox)] != '.' || reply[:len(in.inbox)] != in.inbox {
+		return false
+	}
+	in.decide(reply, data)
+	return true
+}
+
+// decide hands the decisions data, sent to reply, to its Submit.
+func (in *Intake) decide(reply string, data []byte) {
+	i := strings.LastIndexByte(reply, '.')
+	id, err := strconv.ParseUint(reply[i+1:], 36, 64)
 	if err != nil {
 		return
 	}
@@ -617,7 +635,7 @@ func (in *Intake) onDecisions(m *nats.Msg) {
 	if c == nil {
 		return // a replayed decision, or the Submit gave up
 	}
-	if err := parseDecisions(m.Data, func(d decision) {
+	if err := parseDecisions(data, func(d decision) {
 		r := Result{UID: d.uid, ResourceVersion: d.rv}
 		switch d.outcome {
 		case series.Created:
@@ -633,6 +651,6 @@ func (in *Intake) onDecisions(m *nats.Msg) {
 		}
 		c.set(int(d.index), r)
 	}); err != nil {
-		in.log.Warn("malformed decisions", "subject", m.Subject, "err", err)
+		in.log.Warn("malformed decisions", "subject", reply, "err", err)
 	}
 }

@@ -26,6 +26,7 @@ type metrics struct {
 	ticks       prometheus.Counter
 	checkpoint  prometheus.Histogram
 	submitted   *prometheus.CounterVec
+	stage       *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,7 +46,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		resyncs:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_series_resyncs_total", Help: "Times an owner rewound its partition's consumer or restored its checkpoint, by cause."}, []string{"cause"}),
 		ticks:       prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_ticks_total", Help: "Tick entries this replica put in the intake log."}),
 		checkpoint:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eventgate_series_checkpoint_duration_seconds", Help: "Time to checkpoint a partition: wait for its writes, store its snapshot.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
-		submitted:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_intake_submitted_total", Help: "Occurrences submitted through this replica, by result."}, []string{"outcome"}),
+		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "eventgate_intake_stage_seconds",
+			Help:    "Where a Submit's time goes: log (its intake entries acknowledged), consumer (entry logged to folded by its owner), write (folded to its events write acknowledged), decide (entries acknowledged to every decision received).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}, []string{"stage"}),
+		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_intake_submitted_total", Help: "Occurrences submitted through this replica, by result."}, []string{"outcome"}),
 	}
 	for r := series.Reason(0); r < series.NumReasons; r++ {
 		m.writes.WithLabelValues(r.String())
@@ -53,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.writes.WithLabelValues(ReasonClient)
 	if reg != nil {
 		reg.MustRegister(m.active, m.tracked, m.owned, m.occurrences, m.folded, m.saved, m.writes, m.evicted,
-			m.bytes, m.reads, m.collisions, m.takeovers, m.resyncs, m.ticks, m.checkpoint, m.submitted)
+			m.bytes, m.reads, m.collisions, m.takeovers, m.resyncs, m.ticks, m.checkpoint, m.submitted, m.stage)
 	}
 	return m
 }

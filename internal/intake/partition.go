@@ -272,7 +272,7 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 
 		pt.pin, pt.agg, pt.rev, pt.head, pt.seq = pin, agg, newRev, h, h.logSeq
 		pt.ckptPos, pt.ckptAt, pt.sinceCkpt = agg.Position(), time.Now(), 0
-		pt.pipe = newPipeline(pt.in.nc)
+		pt.pipe = newPipeline(pt.in.nc, pt.in.deliverLocal, pt.in.m.stage.WithLabelValues("write"))
 		pt.lastStats = series.Stats{}
 		pt.chainOK, pt.tickInFlight = false, false
 		pt.owned.Store(true)
@@ -487,6 +487,7 @@ func (pt *partition) follows(ctx context.Context, pos, seq uint64) (bool, error)
 // positions position(seq, k).
 func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
 	seq, at := meta.Sequence.Stream, meta.Timestamp
+	pt.in.m.stage.WithLabelValues("consumer").Observe(max(time.Since(at), 0).Seconds())
 	hdr := msg.Headers()
 	pt.seq = seq
 	pt.sinceCkpt++

@@ -121,7 +121,7 @@ func BenchmarkTrackedSingletonBytes(b *testing.B) {
 			b.Fatalf("%d keys tracked, want %d", s.Keys, n)
 		}
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-bytes/singleton")
-		b.ReportMetric(float64(s.Bytes-int64(len(a.single.recent.buf)))/n, "budget-bytes/singleton")
+		b.ReportMetric(float64(s.Bytes-int64(a.single.recent.max))/n, "budget-bytes/singleton")
 		runtime.KeepAlive(a)
 	}
 }

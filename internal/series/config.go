@@ -12,7 +12,7 @@ const (
 	DefaultFlushInterval = 30 * time.Second
 	DefaultHeartbeat     = 5 * time.Minute
 	DefaultFinishAfter   = 6 * time.Minute
-	DefaultMaxBytes      = 16 << 20
+	DefaultMaxBytes      = 8 << 20
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
@@ -41,7 +41,7 @@ type Config struct {
 	// each), ongoing series (about three times their event's encoding) and
 	// a ring of the most recent singletons' encodings (an eighth of the
 	// budget). See the package documentation for what happens at the
-	// budget. Default 16 MiB, at least 64 KiB.
+	// budget. Default 8 MiB, at least 64 KiB.
 	MaxBytes int64 `yaml:"maxBytes"`
 	// MaxActive, when set, also caps the number of tracked keys. Default
 	// none: the budget is MaxBytes.

@@ -69,14 +69,14 @@ type singles struct {
 }
 
 func newSingles(recentBytes int) singles {
-	return singles{byHash: make(map[hash128]single), recent: recent{buf: make([]byte, recentBytes)}}
+	return singles{byHash: make(map[hash128]single), recent: recent{max: recentBytes}}
 }
 
 func (s *singles) live() int { return len(s.byHash) }
 
 // bytes is the memory the singletons account for in the budget.
 func (s *singles) bytes() int64 {
-	return int64(len(s.byHash))*singleBytes + int64(s.n)*ringRecBytes + int64(len(s.recent.buf))
+	return int64(len(s.byHash))*singleBytes + int64(s.n)*ringRecBytes + int64(s.recent.max)
 }
 
 // add tracks a new singleton; pos is above every tracked one's.
@@ -129,29 +129,49 @@ func (s *singles) pop() {
 func (s *singles) remove(h hash128) { delete(s.byHash, h) }
 
 // recent is a ring of the most recent singletons' encodings: a stream of
-// bytes of which the last len(buf) are kept.
+// bytes of which the last len(buf) are kept. The ring grows up to max as
+// the stream does (a quiet partition holds little), and the budget counts
+// max.
 type recent struct {
 	buf []byte
+	max int
+	lo  uint64 // the stream's first byte still held
 	end uint64 // bytes written to the stream
 }
 
 // put appends raw to the stream and returns where it is; n is 0 when raw
 // is not kept (too large for the ring).
 func (r *recent) put(raw []byte) (off uint64, n uint32) {
-	if len(raw) == 0 || len(raw) > len(r.buf)/8 {
+	if len(raw) == 0 || len(raw) > r.max/8 {
 		return 0, 0
+	}
+	if r.end+uint64(len(raw)) > uint64(len(r.buf)) && len(r.buf) < r.max {
+		r.grow(max(len(raw), int(r.end)+len(raw)))
 	}
 	off = r.end
 	i := int(off % uint64(len(r.buf)))
 	k := copy(r.buf[i:], raw)
 	copy(r.buf, raw[k:])
 	r.end += uint64(len(raw))
+	r.lo = max(r.lo, r.end-min(r.end, uint64(len(r.buf))))
 	return off, uint32(len(raw))
+}
+
+// grow makes the ring hold at least n bytes (at most max), keeping the
+// stream's bytes at the same offsets.
+func (r *recent) grow(n int) {
+	size := min(r.max, max(64<<10, 2*len(r.buf), n))
+	buf := make([]byte, size)
+	kept := min(r.end, uint64(len(r.buf)))
+	for o := r.end - kept; o < r.end; o++ {
+		buf[o%uint64(size)] = r.buf[o%uint64(len(r.buf))]
+	}
+	r.buf, r.lo = buf, r.end-kept
 }
 
 // get returns a copy of the encoding at off, if the ring still holds it.
 func (r *recent) get(off uint64, n uint32) ([]byte, bool) {
-	if n == 0 || r.end-off > uint64(len(r.buf)) {
+	if n == 0 || off < r.lo {
 		return nil, false
 	}
 	b := make([]byte, n)

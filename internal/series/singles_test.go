@@ -147,3 +147,36 @@ func TestMemoryBudgetBoundsTrackedKeys(t *testing.T) {
 		t.Errorf("only %d keys tracked in %d bytes", s.Keys, cfg.MaxBytes)
 	}
 }
+
+// TestRecentRingKeepsTheLastEncodings: the ring of recent encodings
+// returns exactly what was put for as long as it holds it (growing up to
+// its maximum as the stream does), and nothing once it was overwritten.
+func TestRecentRingKeepsTheLastEncodings(t *testing.T) {
+	const max = 100 << 10
+	r := recent{max: max}
+	type put struct {
+		off uint64
+		n   uint32
+		b   []byte
+	}
+	var puts []put
+	for i := range 5000 {
+		b := []byte(fmt.Sprintf("%d:%s", i, make([]byte, i%977)))
+		off, n := r.put(b)
+		puts = append(puts, put{off, n, b})
+		if len(r.buf) > max {
+			t.Fatalf("ring of %d bytes, max %d", len(r.buf), max)
+		}
+		for j := len(puts) - 1; j >= 0 && j > len(puts)-50; j-- {
+			p := puts[j]
+			got, ok := r.get(p.off, p.n)
+			held := r.end-p.off <= uint64(len(r.buf))
+			if ok != held || ok && string(got) != string(p.b) {
+				t.Fatalf("after put %d, get of put %d: ok %v (held %v), %d bytes, want %d", i, j, ok, held, len(got), len(p.b))
+			}
+		}
+	}
+	if got, ok := r.get(puts[0].off, puts[0].n); ok {
+		t.Errorf("the first encoding is still returned (%d bytes) after %d bytes", len(got), r.end)
+	}
+}
