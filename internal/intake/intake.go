@@ -20,6 +20,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/series"
 )
 
@@ -117,6 +118,7 @@ type Intake struct {
 	cfg   Config
 	nc    *nats.Conn
 	js    jetstream.JetStream
+	pub   *ejs.Publisher // the events stream's
 	log   *slog.Logger
 	m     *metrics
 	store *store
@@ -215,6 +217,7 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		cfg:        cfg,
 		nc:         nc,
 		js:         js,
+		pub:        ejs.NewPublisher(js, cfg.EventsStream),
 		log:        log,
 		m:          newMetrics(reg),
 		store:      &store{kv: kv, js: js, bucket: cfg.Bucket, chunkSize: chunk},

@@ -16,6 +16,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/series"
 )
 
@@ -548,7 +549,7 @@ func (pt *partition) occur(o occ) error {
 		if err := pt.publish(pt.agg.Tick(o.at, pos), nil, -1, item{}); err != nil {
 			return err
 		}
-		fut, err := pt.publishEvent(ev, nil, ReasonClient, "", clientWriteID(ev, o.seq, o.k), o.hdr)
+		fut, err := pt.publishEvent(ev, nil, ReasonClient, nil, clientWriteID(ev, o.seq, o.k), o.hdr)
 		if err != nil {
 			return err
 		}
@@ -642,7 +643,7 @@ func (pt *partition) publish(ws []series.Write, hdr nats.Header, own int, dec it
 		if i == own {
 			trace = hdr
 		}
-		fut, err := pt.publishEvent(w.Event, w.Raw, w.Reason.String(), FormatMinutes(w.Minutes), w.ID(), trace)
+		fut, err := pt.publishEvent(w.Event, w.Raw, w.Reason.String(), wireMinutes(w.Minutes), w.ID(), trace)
 		if err != nil {
 			return err
 		}
@@ -661,35 +662,14 @@ func (pt *partition) publish(ws []series.Write, hdr nats.Header, own int, dec it
 }
 
 // publishEvent publishes one version of a stored event, asynchronously;
-// data is its encoding when at hand (nil: encode it).
-func (pt *partition) publishEvent(ev *eventgatev1.Event, data []byte, reason, minutes, id string, trace nats.Header) (jetstream.PubAckFuture, error) {
-	if data == nil {
-		var err error
-		if data, err = event.Marshal(ev); err != nil {
-			return nil, err
-		}
-	}
-	m := nats.NewMsg(event.SubjectOf(ev))
-	m.Data = data
-	m.Header.Set(jetstream.MsgIDHeader, id)
-	m.Header.Set(HeaderWriteReason, reason)
-	if minutes != "" {
-		m.Header.Set(HeaderSeriesMinutes, minutes)
-	}
+// data is its encoding when at hand (nil: encode it). trace, when not nil,
+// is the headers of the intake entry whose trace context it carries on.
+func (pt *partition) publishEvent(ev *eventgatev1.Event, data []byte, reason string, minutes []wire.Minute, id string, trace nats.Header) (jetstream.PubAckFuture, error) {
+	w := wire.Write{Event: ev, Data: data, ID: id, Reason: reason, Minutes: minutes}
 	if trace != nil {
-		// Written and read the way the propagator does (canonical keys).
-		from, to := propagation.HeaderCarrier(trace), propagation.HeaderCarrier(m.Header)
-		for _, k := range propagator.Fields() {
-			if v := from.Get(k); v != "" {
-				to.Set(k, v)
-			}
-		}
+		w.Trace = propagator.Extract(context.Background(), propagation.HeaderCarrier(trace))
 	}
-	fut, err := pt.in.js.PublishMsgAsync(m, jetstream.WithExpectStream(pt.in.cfg.EventsStream))
-	if err != nil {
-		return nil, fmt.Errorf("publish write %s: %w", id, err)
-	}
-	return fut, nil
+	return pt.in.pub.Async(w)
 }
 
 // A checkpoint persists the aggregator, as the series protocol says: once

@@ -12,10 +12,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -25,14 +22,16 @@ import (
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/intake"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
-// Publisher stores messages durably and returns their acknowledgements.
+// Publisher stores event versions durably in the events stream and returns
+// their acknowledgements.
 type Publisher interface {
-	// Start sends msgs, after those of every Start before it; wait, called
+	// Start sends ws, after those of every Start before it; wait, called
 	// once, returns their acknowledgements in order once all are durable.
-	Start(msgs []*nats.Msg) (wait func(context.Context) ([]*jetstream.PubAck, error), err error)
+	Start(ws []wire.Write) (wait func(context.Context) ([]wire.Ack, error), err error)
 }
 
 // Intake logs occurrences durably and aggregates isomorphic repeats into
@@ -322,24 +321,14 @@ func (s *Events) startEmit(ctx context.Context, b batch) (func() ([]*eventgatev1
 	if s.cfg.Intake != nil {
 		return s.startIntake(ctx, evs, callerUID, idemKey, b.counted)
 	}
-	msgs := make([]*nats.Msg, len(evs))
+	ws := make([]wire.Write, len(evs))
 	for i, ev := range evs {
-		data, err := event.Marshal(ev)
-		if err != nil {
-			return nil, err
-		}
-		m := nats.NewMsg(event.SubjectOf(ev))
-		m.Data = data
-		if id := event.MsgID(ev, callerUID[i], idemKey); id != "" {
-			m.Header.Set(jetstream.MsgIDHeader, id)
-		}
-		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(m.Header))
-		msgs[i] = m
+		ws[i] = wire.Write{Event: ev, ID: event.MsgID(ev, callerUID[i], idemKey), Trace: ctx}
 	}
 	// Sent now, in the order of the batches (an emit stream's batches are
 	// stored in the order they came); the caller waits for the
 	// acknowledgements.
-	waitAcks, err := s.pub.Start(msgs)
+	waitAcks, err := s.pub.Start(ws)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
