@@ -291,4 +291,3 @@ func TestWriteMinutesKeepEveryCount(t *testing.T) {
 		t.Error("no minutes should convert to none")
 	}
 }
-
