@@ -43,6 +43,7 @@ import (
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/ingest"
 	"github.com/eventgate/eventgate/internal/intake"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/service"
@@ -76,7 +77,7 @@ type Gateway struct {
 	hub *ejs.Hub
 
 	store  *clickhouse.Store
-	ingest *clickhouse.Ingester
+	ingest *ingest.Consumer
 	intake *intake.Intake
 
 	tp       trace.TracerProvider
@@ -164,7 +165,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// Not ctx: it ends at the signal to stop, and would abort the batch in
 	// hand (its deliveries would come back only after the ack wait). Close
 	// stops ingest gracefully, within ShutdownTimeout.
-	if g.ingest, err = clickhouse.StartIngest(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, g.store, cfg.Ingest, log, g.registry); err != nil {
+	w, err := g.store.NewWriter()
+	if err != nil {
+		return nil, err
+	}
+	if g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, w, cfg.Ingest, log, g.registry); err != nil {
 		return nil, err
 	}
 
