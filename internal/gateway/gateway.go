@@ -48,6 +48,7 @@ import (
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/service"
 	"github.com/eventgate/eventgate/internal/telemetry"
+	"github.com/eventgate/eventgate/internal/watch"
 )
 
 // Version is the gateway's version, set at build time.
@@ -74,7 +75,7 @@ type Gateway struct {
 	ns  *server.Server // embedded NATS, nil with an external one
 	nc  *nats.Conn
 	js  jetstream.JetStream
-	hub *ejs.Hub
+	hub *watch.Hub
 
 	store  *clickhouse.Store
 	ingest *ingest.Consumer
@@ -149,7 +150,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	if _, err := ejs.EnsureStream(sctx, g.js, cfg.NATS); err != nil {
 		return nil, err
 	}
-	g.hub, err = ejs.StartHub(sctx, g.js, cfg.NATS.Stream, log, ejs.NewHubMetrics(g.registry))
+	g.hub, err = watch.Start(sctx, g.js, cfg.NATS.Stream, log, watch.NewMetrics(g.registry))
 	if err != nil {
 		return nil, err
 	}

@@ -14,13 +14,12 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
-	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
 // Watcher serves live watches.
 type Watcher interface {
-	Watch(ctx context.Context, o ejs.WatchOptions, send func(ejs.Item) error) error
+	Watch(ctx context.Context, o event.WatchOptions, send func(event.WatchItem) error) error
 }
 
 // StreamWatch implements EventService.StreamWatch.
@@ -38,7 +37,7 @@ func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventga
 		return toStatus(s.log, "StreamWatch", err)
 	}
 	o.Ready = func() { _ = stream.SendHeader(metadata.Pairs(event.WatchEstablishedHeader, "true")) }
-	err = s.watch.Watch(ctx, o, func(it ejs.Item) error {
+	err = s.watch.Watch(ctx, o, func(it event.WatchItem) error {
 		resp := &eventgatev1.StreamWatchResponse{Type: event.WatchAdded, Object: it.Event}
 		switch {
 		case it.Bookmark:
@@ -63,8 +62,8 @@ func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventga
 
 // watchOptions validates a watch request and returns its options and its
 // subject filter; authorization turns the filter into subjects.
-func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOptions, subject.Filter, error) {
-	o := ejs.WatchOptions{Buffer: s.cfg.WatchBuffer}
+func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (event.WatchOptions, subject.Filter, error) {
+	o := event.WatchOptions{Buffer: s.cfg.WatchBuffer}
 	var f subject.Filter
 	if err := checkWatchFilter(req); err != nil {
 		return o, f, err
