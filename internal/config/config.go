@@ -19,6 +19,7 @@ import (
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/ingest"
 	"github.com/eventgate/eventgate/internal/intake"
 	"github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/k8sapi"
@@ -58,7 +59,7 @@ type Config struct {
 	// ClickHouse says where events are kept for queries.
 	ClickHouse clickhouse.Config `yaml:"clickhouse"`
 	// Ingest tunes the JetStream→ClickHouse consumer.
-	Ingest clickhouse.IngestConfig `yaml:"ingest"`
+	Ingest ingest.Config `yaml:"ingest"`
 	// ReadyMaxIngestLag: the gateway is not ready while the oldest event not
 	// yet in ClickHouse is older than this.
 	ReadyMaxIngestLag time.Duration `yaml:"readyMaxIngestLag"`

@@ -33,8 +33,8 @@ import (
 	"github.com/eventgate/eventgate/gen/openapiv2"
 	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/correlator"
+	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/k8sapi"
-	"github.com/eventgate/eventgate/internal/service"
 	"github.com/eventgate/eventgate/internal/telemetry"
 	"github.com/eventgate/eventgate/internal/webhook"
 )
@@ -435,7 +435,7 @@ func watchHandler(gw *runtime.ServeMux, client eventgatev1.EventServiceClient) h
 			return
 		}
 		md, err := stream.Header()
-		if err != nil || len(md.Get(service.WatchEstablishedHeader)) == 0 {
+		if err != nil || len(md.Get(event.WatchEstablishedHeader)) == 0 {
 			// The watch failed before it started: its status is the response.
 			if _, rerr := stream.Recv(); rerr != nil {
 				err = rerr

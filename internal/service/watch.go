@@ -14,25 +14,13 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
-	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
 // Watcher serves live watches.
 type Watcher interface {
-	Watch(ctx context.Context, o ejs.WatchOptions, send func(ejs.Item) error) error
+	Watch(ctx context.Context, o event.WatchOptions, send func(event.WatchItem) error) error
 }
-
-// WatchEstablishedHeader is the response header a watch sends once it is
-// established; an error before it means the watch never started.
-const WatchEstablishedHeader = "eventgate-watch-established"
-
-// Watch event types, as Kubernetes names them.
-const (
-	WatchAdded    = "ADDED"
-	WatchModified = "MODIFIED"
-	WatchBookmark = "BOOKMARK"
-)
 
 // StreamWatch implements EventService.StreamWatch.
 func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventgatev1.EventService_StreamWatchServer) error {
@@ -48,16 +36,16 @@ func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventga
 	if o.Subjects, err = p.WatchSubjects(f); err != nil {
 		return toStatus(s.log, "StreamWatch", err)
 	}
-	o.Ready = func() { _ = stream.SendHeader(metadata.Pairs(WatchEstablishedHeader, "true")) }
-	err = s.watch.Watch(ctx, o, func(it ejs.Item) error {
-		resp := &eventgatev1.StreamWatchResponse{Type: WatchAdded, Object: it.Event}
+	o.Ready = func() { _ = stream.SendHeader(metadata.Pairs(event.WatchEstablishedHeader, "true")) }
+	err = s.watch.Watch(ctx, o, func(it event.WatchItem) error {
+		resp := &eventgatev1.StreamWatchResponse{Type: event.WatchAdded, Object: it.Event}
 		switch {
 		case it.Bookmark:
-			resp.Type = WatchBookmark
+			resp.Type = event.WatchBookmark
 			resp.Object = &eventgatev1.Event{ResourceVersion: strconv.FormatUint(it.Seq, 10)}
 			return stream.Send(resp)
 		case it.Event.GetSeries() != nil:
-			resp.Type = WatchModified
+			resp.Type = event.WatchModified
 		}
 		if it.Trace.IsValid() {
 			_, span := s.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, it.Trace), "eventgate.watch.deliver",
@@ -74,8 +62,8 @@ func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventga
 
 // watchOptions validates a watch request and returns its options and its
 // subject filter; authorization turns the filter into subjects.
-func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOptions, subject.Filter, error) {
-	o := ejs.WatchOptions{Buffer: s.cfg.WatchBuffer}
+func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (event.WatchOptions, subject.Filter, error) {
+	o := event.WatchOptions{Buffer: s.cfg.WatchBuffer}
 	var f subject.Filter
 	if err := checkWatchFilter(req); err != nil {
 		return o, f, err
