@@ -85,9 +85,10 @@ func (t *chdbTransport) exec(ctx context.Context, sql string, params map[string]
 }
 
 func (t *chdbTransport) query(ctx context.Context, sql string, params map[string]string) (rows, error) {
+	sql, limits := withReadLimits(ctx, sql)
 	b, err := t.e.QueryParams(ctx, sql, params, "RowBinary")
 	if err != nil {
-		return nil, err
+		return nil, readLimitError(err, limits)
 	}
 	return &rowBinary{b: b}, nil
 }
@@ -236,7 +237,12 @@ func (t *goTransport) exec(ctx context.Context, sql string, params map[string]st
 }
 
 func (t *goTransport) query(ctx context.Context, sql string, params map[string]string) (rows, error) {
-	return t.conn.Query(withParams(ctx, params), sql)
+	sql, limits := withReadLimits(ctx, sql)
+	rs, err := t.conn.Query(withParams(ctx, params), sql)
+	if err != nil {
+		return nil, readLimitError(err, limits)
+	}
+	return limitedRows{rs, limits}, nil
 }
 
 // encode gives each row its values in the columns' Go types: the

@@ -23,6 +23,7 @@ import (
 	"github.com/eventgate/eventgate/internal/intake"
 	"github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/k8sapi"
+	"github.com/eventgate/eventgate/internal/limits"
 	"github.com/eventgate/eventgate/internal/webhook"
 )
 
@@ -97,6 +98,10 @@ type Config struct {
 	K8sCoreCorrelate bool `yaml:"k8sCoreCorrelate"`
 	// K8s tunes the Kubernetes Events API (/api, /apis: internal/k8sapi).
 	K8s k8sapi.Config `yaml:"k8s"`
+	// Limits are the per-tenant and per-principal emit rate limits, watch
+	// and query quotas and query guardrails (per-tenant overrides in the
+	// config file only).
+	Limits limits.Config `yaml:"limits"`
 }
 
 // TLSConfig names the server certificate.
@@ -128,6 +133,7 @@ func Default() Config {
 		LogLevel:          "info",
 		LogFormat:         "text",
 		K8s:               k8sapi.DefaultConfig(),
+		Limits:            limits.DefaultConfig(),
 	}
 }
 
@@ -179,6 +185,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.K8s.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Limits.Validate(c.MaxBatch); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Auth.MTLS.CAFile != "" && !c.TLS.Enabled() {
@@ -287,6 +296,18 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.BoolVar(&c.K8sCoreCorrelate, "k8s-core-correlate", c.K8sCoreCorrelate, "group similar core/v1 events (same source, object, type, reason; 10 within 10 min) into \"(combined from similar events)\" aggregates, as client-go's EventCorrelator does")
 	fs.DurationVar(&c.K8s.ContinueTTL, "k8s-continue-ttl", c.K8s.ContinueTTL, "how long a Kubernetes list's continue token stays valid (then 410 Expired with a fresh token)")
 	fs.DurationVar(&c.K8s.BookmarkInterval, "k8s-bookmark-interval", c.K8s.BookmarkInterval, "how often a Kubernetes watch that allows bookmarks gets one")
+	fs.Float64Var(&c.Limits.Tenant.EmitRate, "tenant-emit-rate", c.Limits.Tenant.EmitRate, "events per second a tenant may emit (0: no limit; per-tenant overrides in the config file)")
+	fs.IntVar(&c.Limits.Tenant.EmitBurst, "tenant-emit-burst", c.Limits.Tenant.EmitBurst, "most events a tenant may emit at once (at least max-batch)")
+	fs.Float64Var(&c.Limits.Principal.EmitRate, "principal-emit-rate", c.Limits.Principal.EmitRate, "events per second a principal may emit, to all its tenants together (0: no limit)")
+	fs.IntVar(&c.Limits.Principal.EmitBurst, "principal-emit-burst", c.Limits.Principal.EmitBurst, "most events a principal may emit at once (at least max-batch)")
+	fs.IntVar(&c.Limits.Tenant.Watches, "tenant-watches", c.Limits.Tenant.Watches, "concurrent watches of one tenant (0: no limit)")
+	fs.IntVar(&c.Limits.Principal.Watches, "principal-watches", c.Limits.Principal.Watches, "concurrent watches of one principal (0: no limit)")
+	fs.IntVar(&c.Limits.Tenant.Queries, "tenant-queries", c.Limits.Tenant.Queries, "concurrent queries (Query, Get, analytics) of one tenant (0: no limit)")
+	fs.DurationVar(&c.Limits.Tenant.QueryWindow, "query-window", c.Limits.Tenant.QueryWindow, "window a Query without since reads, ending at until or now (0: everything)")
+	fs.DurationVar(&c.Limits.Tenant.MaxQueryWindow, "max-query-window", c.Limits.Tenant.MaxQueryWindow, "longest window (until - since) of a Query or analytics call (0: no limit)")
+	fs.DurationVar(&c.Limits.Tenant.MaxExecutionTime, "query-max-execution-time", c.Limits.Tenant.MaxExecutionTime, "longest a query's ClickHouse statement may run (0: no limit)")
+	fs.Int64Var(&c.Limits.Tenant.MaxRowsToRead, "query-max-rows-to-read", c.Limits.Tenant.MaxRowsToRead, "most rows a query's ClickHouse statement may read (0: no limit)")
+	fs.Int64Var(&c.Limits.Tenant.MaxBytesToRead, "query-max-bytes-to-read", c.Limits.Tenant.MaxBytesToRead, "most bytes a query's ClickHouse statement may read (0: no limit)")
 	return fs
 }
 
