@@ -46,6 +46,7 @@ import (
 	"github.com/eventgate/eventgate/internal/ingest"
 	"github.com/eventgate/eventgate/internal/intake"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/limits"
 	"github.com/eventgate/eventgate/internal/service"
 	"github.com/eventgate/eventgate/internal/telemetry"
 	"github.com/eventgate/eventgate/internal/watch"
@@ -184,15 +185,20 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		}
 		in = g.intake
 	}
+	lim, err := limits.New(cfg.Limits, g.registry)
+	if err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
 	events := service.NewEvents(service.EventsConfig{
 		Normalizer:  event.Normalizer{Limits: cfg.Events},
 		MaxBatch:    cfg.MaxBatch,
 		WatchBuffer: cfg.WatchBuffer,
 		Intake:      in,
+		Limits:      lim,
 	}, ejs.NewPublisher(g.js, cfg.NATS.Stream), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))
 	g.events = events
 	g.calls = &callTracker{}
-	analytics := service.NewAnalytics(g.store, g.ingest, log)
+	analytics := service.NewAnalytics(g.store, g.ingest, log).WithTenantLimits(lim)
 
 	auth, err := authz.New(cfg.Auth, log, g.registry)
 	if err != nil {

@@ -63,6 +63,9 @@ func startGatewayOn(t testing.TB, dataDir, httpAddr string, mutate func(*config.
 	cfg.ClickHouse.DataDir = chDir
 	cfg.ClickHouse.Database = databaseFor(dataDir)
 	cfg.ClickHouse.BatchWait = 20 * time.Millisecond
+	// Tests stamp their events with fixed dates, which a default query
+	// window would leave behind; limits_test.go tests the window.
+	cfg.Limits.Tenant.QueryWindow, cfg.Limits.Tenant.MaxQueryWindow = 0, 0
 	if mutate != nil {
 		mutate(&cfg)
 	}

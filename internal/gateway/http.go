@@ -35,6 +35,7 @@ import (
 	"github.com/eventgate/eventgate/internal/correlator"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/k8sapi"
+	"github.com/eventgate/eventgate/internal/limits"
 	"github.com/eventgate/eventgate/internal/telemetry"
 	"github.com/eventgate/eventgate/internal/webhook"
 )
@@ -51,6 +52,9 @@ func httpStatus(c codes.Code) int {
 }
 
 func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if st, ok := status.FromError(err); ok {
+		setRetryAfter(w, st)
+	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.OutOfRange {
 		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusGone, Err: err}
 	}
@@ -153,6 +157,7 @@ func writeStatus(w http.ResponseWriter, st *status.Status) {
 // writeStatusCode is writeStatus with an HTTP status of its own (413, 405:
 // no gRPC code maps to them).
 func writeStatusCode(w http.ResponseWriter, code int, st *status.Status) {
+	setRetryAfter(w, st)
 	b, err := jsonOut.Marshal(st.Proto())
 	if err != nil {
 		b = []byte(`{"code":13,"message":"internal error"}`)
@@ -160,6 +165,14 @@ func writeStatusCode(w http.ResponseWriter, code int, st *status.Status) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// setRetryAfter tells a caller over a limit when to try again (the
+// status's RetryInfo), as the Retry-After header HTTP clients honour.
+func setRetryAfter(w http.ResponseWriter, st *status.Status) {
+	if s := limits.RetryAfterSeconds(st); s > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(s))
+	}
 }
 
 func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {

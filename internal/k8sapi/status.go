@@ -3,12 +3,15 @@ package k8sapi
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/eventgate/eventgate/internal/limits"
 )
 
 // statusError is a Kubernetes Status to answer with.
@@ -105,7 +108,12 @@ func fromGRPC(err error, rq request, name string, rename func(string) string) *s
 	case codes.FailedPrecondition:
 		out = badRequest(msg)
 	case codes.ResourceExhausted:
+		// As kube-apiserver answers a rate limit: client-go's REST client
+		// waits Retry-After and sends the request again.
 		out = newStatus(http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, msg)
+		if s := limits.RetryAfterSeconds(st); s > 0 {
+			out.s.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(s)}
+		}
 	case codes.Unavailable:
 		out = newStatus(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, msg)
 	case codes.DeadlineExceeded:
@@ -126,6 +134,9 @@ func writeStatus(w http.ResponseWriter, st *statusError) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if d := st.s.Details; d != nil && d.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(d.RetryAfterSeconds)))
+	}
 	w.WriteHeader(int(st.s.Code))
 	_, _ = w.Write(append(b, '\n'))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/limits"
 )
 
 // AnalyticsStore answers the analytics questions from ClickHouse (Query
@@ -38,6 +39,8 @@ type Analytics struct {
 	floor  Floor
 	log    *slog.Logger
 	limits clickhouse.AnalyticsLimits
+	// tenants are the per-tenant quotas and guardrails (nil: none).
+	tenants *limits.Limiter
 }
 
 // NewAnalytics returns the AnalyticsService with the default limits.
@@ -51,6 +54,13 @@ func NewAnalytics(store AnalyticsStore, floor Floor, log *slog.Logger) *Analytic
 // WithLimits replaces the hard limits (for configuration and tests).
 func (a *Analytics) WithLimits(l clickhouse.AnalyticsLimits) *Analytics {
 	a.limits = l
+	return a
+}
+
+// WithTenantLimits applies the per-tenant query quotas and guardrails of
+// lim: a tenant's window and execution time replace the hard limits'.
+func (a *Analytics) WithTenantLimits(lim *limits.Limiter) *Analytics {
+	a.tenants = lim
 	return a
 }
 
@@ -86,23 +96,28 @@ func filterOf(req analyticsRequest) (clickhouse.Filter, bool, error) {
 	return q.Filter, empty, err
 }
 
-// prepare reads req's filter and the caller's scope.
-func (a *Analytics) prepare(ctx context.Context, req analyticsRequest) (clickhouse.AnalyticsQuery, bool, error) {
+// prepare reads req's filter and the caller's scope, and counts the call
+// against its tenant's query quota until release.
+func (a *Analytics) prepare(ctx context.Context, req analyticsRequest) (_ context.Context, _ clickhouse.AnalyticsQuery, release func(), _ error) {
 	f, empty, err := filterOf(req)
 	if err != nil {
-		return clickhouse.AnalyticsQuery{}, false, err
+		return ctx, clickhouse.AnalyticsQuery{}, nil, err
 	}
 	sc, err := a.scope(ctx, f.Tenant)
 	if err != nil {
-		return clickhouse.AnalyticsQuery{}, false, err
+		return ctx, clickhouse.AnalyticsQuery{}, nil, err
+	}
+	ctx, tl, release, err := queryGuard(ctx, a.tenants, sc)
+	if err != nil {
+		return ctx, clickhouse.AnalyticsQuery{}, nil, err
 	}
 	if empty {
 		// The filter matches nothing: the answer is the empty one, with
 		// every request field still checked.
 		sc = clickhouse.Scope{}
 	}
-	l := a.limits
-	return clickhouse.AnalyticsQuery{Scope: sc, Filter: f, Limits: &l}, empty, nil
+	l := analyticsLimits(a.limits, tl)
+	return ctx, clickhouse.AnalyticsQuery{Scope: sc, Filter: f, Limits: &l}, release, nil
 }
 
 // scope is Query's scope (Events.scope, which reads only the context) for
@@ -126,10 +141,11 @@ func ts(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
 // Histogram implements AnalyticsService.Histogram.
 func (a *Analytics) Histogram(ctx context.Context, req *eventgatev1.HistogramRequest) (*eventgatev1.HistogramResponse, error) {
 	const method = "Histogram"
-	aq, _, err := a.prepare(ctx, req)
+	ctx, aq, release, err := a.prepare(ctx, req)
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
+	defer release()
 	q := clickhouse.HistogramQuery{AnalyticsQuery: aq, GroupBy: req.GetGroupBy(), Limit: int(req.GetLimit())}
 	if b := req.GetBucket(); b != nil {
 		if err := b.CheckValid(); err != nil || b.AsDuration() <= 0 {
@@ -157,10 +173,11 @@ func (a *Analytics) Histogram(ctx context.Context, req *eventgatev1.HistogramReq
 // Top implements AnalyticsService.Top.
 func (a *Analytics) Top(ctx context.Context, req *eventgatev1.TopRequest) (*eventgatev1.TopResponse, error) {
 	const method = "Top"
-	aq, _, err := a.prepare(ctx, req)
+	ctx, aq, release, err := a.prepare(ctx, req)
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
+	defer release()
 	t, err := a.store.Top(ctx, clickhouse.TopQuery{AnalyticsQuery: aq, Dimension: req.GetDimension(), Limit: int(req.GetLimit())})
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
@@ -183,10 +200,11 @@ func (a *Analytics) Top(ctx context.Context, req *eventgatev1.TopRequest) (*even
 // Facets implements AnalyticsService.Facets.
 func (a *Analytics) Facets(ctx context.Context, req *eventgatev1.FacetsRequest) (*eventgatev1.FacetsResponse, error) {
 	const method = "Facets"
-	aq, _, err := a.prepare(ctx, req)
+	ctx, aq, release, err := a.prepare(ctx, req)
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
+	defer release()
 	f, err := a.store.Facets(ctx, clickhouse.FacetsQuery{AnalyticsQuery: aq, Dimensions: req.GetDimensions(), Limit: int(req.GetLimit())})
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
@@ -205,10 +223,11 @@ func (a *Analytics) Facets(ctx context.Context, req *eventgatev1.FacetsRequest) 
 // Series implements AnalyticsService.Series.
 func (a *Analytics) Series(ctx context.Context, req *eventgatev1.SeriesRequest) (*eventgatev1.SeriesResponse, error) {
 	const method = "Series"
-	aq, _, err := a.prepare(ctx, req)
+	ctx, aq, release, err := a.prepare(ctx, req)
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
+	defer release()
 	l, err := a.store.Series(ctx, clickhouse.SeriesQuery{AnalyticsQuery: aq, State: req.GetState(), Limit: int(req.GetLimit()), OrderBy: req.GetOrderBy()})
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
@@ -254,6 +273,15 @@ func (a *Analytics) Timeline(ctx context.Context, req *eventgatev1.TimelineReque
 	if q.Scope, err = a.scope(ctx, f.Tenant); err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
+	ctx, tl, release, err := queryGuard(ctx, a.tenants, q.Scope)
+	if err != nil {
+		return nil, a.analyticsStatus(method, err)
+	}
+	defer release()
+	wrap, err := queryWindow(&q, tl, time.Now())
+	if err != nil {
+		return nil, a.analyticsStatus(method, err)
+	}
 	var rv uint64
 	if req.GetPageToken() == "" {
 		if rv, err = a.floor.AckFloor(ctx); err != nil {
@@ -267,7 +295,7 @@ func (a *Analytics) Timeline(ctx context.Context, req *eventgatev1.TimelineReque
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
-	resp := &eventgatev1.TimelineResponse{NextPageToken: page.NextPageToken, ResourceVersion: strconv.FormatUint(page.ResourceVersion, 10)}
+	resp := &eventgatev1.TimelineResponse{NextPageToken: wrap(page.NextPageToken), ResourceVersion: strconv.FormatUint(page.ResourceVersion, 10)}
 	for _, ev := range page.Events {
 		e := &eventgatev1.TimelineEntry{Event: ev, Role: roleOf(obj, ev), Occurrences: 1, FirstObserved: ev.GetEventTime(), LastObserved: ev.GetEventTime()}
 		if s := ev.GetSeries(); s != nil {

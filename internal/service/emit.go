@@ -23,6 +23,7 @@ import (
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/intake"
 	"github.com/eventgate/eventgate/internal/jetstream/wire"
+	"github.com/eventgate/eventgate/internal/limits"
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
@@ -51,6 +52,9 @@ type EventsConfig struct {
 	// Intake, when set, takes every emitted event (server-side series);
 	// otherwise events are published to the events stream as they are.
 	Intake Intake
+	// Limits, when set, are the emit rate limits and the watch and query
+	// quotas and guardrails.
+	Limits *limits.Limiter
 }
 
 // Events implements eventgate.v1.EventService.
@@ -317,6 +321,9 @@ func (s *Events) startEmit(ctx context.Context, b batch) (func() ([]*eventgatev1
 		if err := p.AuthorizeEmit(t, subject.GroupFromAPIVersion(ev.GetRegarding().GetApiVersion()), ev.GetRegarding().GetKind()); err != nil {
 			return nil, fmt.Errorf("events[%d]: %w", i, err)
 		}
+	}
+	if err := limitEmit(s.cfg.Limits, p, evs); err != nil {
+		return nil, err
 	}
 	if s.cfg.Intake != nil {
 		return s.startIntake(ctx, evs, callerUID, idemKey, b.counted)

@@ -53,6 +53,9 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
+	if st, ok := limitStatus(err); ok {
+		return st
+	}
 	var inv *InvalidError
 	var slow *event.SlowWatcherError
 	switch {

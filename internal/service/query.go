@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
@@ -35,6 +36,15 @@ func (s *Events) Query(ctx context.Context, req *eventgatev1.QueryRequest) (*eve
 	if q.Scope, err = s.scope(ctx, authz.VerbQuery, q.Filter.Tenant); err != nil {
 		return nil, toStatus(s.log, "Query", err)
 	}
+	ctx, lim, release, err := queryGuard(ctx, s.cfg.Limits, q.Scope)
+	if err != nil {
+		return nil, toStatus(s.log, "Query", err)
+	}
+	defer release()
+	wrap, err := queryWindow(&q, lim, time.Now())
+	if err != nil {
+		return nil, toStatus(s.log, "Query", err)
+	}
 	var rv uint64
 	if req.GetPageToken() == "" {
 		if rv, err = s.floor.AckFloor(ctx); err != nil {
@@ -51,7 +61,7 @@ func (s *Events) Query(ctx context.Context, req *eventgatev1.QueryRequest) (*eve
 	return &eventgatev1.QueryResponse{
 		Events:          page.Events,
 		ResourceVersion: strconv.FormatUint(page.ResourceVersion, 10),
-		NextPageToken:   page.NextPageToken,
+		NextPageToken:   wrap(page.NextPageToken),
 	}, nil
 }
 
@@ -76,6 +86,11 @@ func (s *Events) Get(ctx context.Context, req *eventgatev1.GetRequest) (*eventga
 	if err != nil {
 		return nil, toStatus(s.log, "Get", err)
 	}
+	ctx, _, release, err := queryGuard(ctx, s.cfg.Limits, scope)
+	if err != nil {
+		return nil, toStatus(s.log, "Get", err)
+	}
+	defer release()
 	ev, err := s.store.Get(ctx, scope, g)
 	if err != nil {
 		return nil, toStatus(s.log, "Get", err)

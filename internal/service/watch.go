@@ -36,6 +36,11 @@ func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventga
 	if o.Subjects, err = p.WatchSubjects(f); err != nil {
 		return toStatus(s.log, "StreamWatch", err)
 	}
+	release, err := watchQuota(s.cfg.Limits, p, req)
+	if err != nil {
+		return toStatus(s.log, "StreamWatch", err)
+	}
+	defer release()
 	o.Ready = func() { _ = stream.SendHeader(metadata.Pairs(event.WatchEstablishedHeader, "true")) }
 	err = s.watch.Watch(ctx, o, func(it event.WatchItem) error {
 		resp := &eventgatev1.StreamWatchResponse{Type: event.WatchAdded, Object: it.Event}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/limits"
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
@@ -33,6 +34,9 @@ type item struct {
 	// result is set once the item is decided: either res or err.
 	res *eventgatev1.EmitResult
 	err *eventgatev1.EmitError
+	// retryAfter is, for an item refused over a limit, the seconds to wait
+	// before sending it again.
+	retryAfter int
 }
 
 func (it *item) done() bool { return it.res != nil || it.err != nil }
@@ -161,6 +165,7 @@ func failAll(items []*item, st *status.Status) {
 			msg = after
 		}
 		it.fail(st.Code(), msg)
+		it.retryAfter = limits.RetryAfterSeconds(st)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,6 +69,9 @@ type ItemError struct {
 	HTTPStatus      int              `json:"httpStatus"`
 	Message         string           `json:"message"`
 	FieldViolations []FieldViolation `json:"fieldViolations,omitempty"`
+	// RetryAfterSeconds is, for an item refused over a rate limit, when to
+	// send it again (the response's Retry-After is the longest).
+	RetryAfterSeconds int `json:"retryAfterSeconds,omitempty"`
 }
 
 // FieldViolation names one invalid field.
@@ -138,6 +142,13 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	code, res := listResult(items)
+	retry := 0
+	for _, it := range items {
+		retry = max(retry, it.retryAfter)
+	}
+	if retry > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retry))
+	}
 	writeJSON(w, code, res)
 }
 
@@ -279,7 +290,7 @@ func listResult(items []*item) (int, ListResult) {
 		switch {
 		case it.err != nil:
 			c := codeOf(it.err.GetCode())
-			ir.Error = &ItemError{Code: it.err.GetCode(), HTTPStatus: runtime.HTTPStatusFromCode(c), Message: it.err.GetMessage()}
+			ir.Error = &ItemError{Code: it.err.GetCode(), HTTPStatus: runtime.HTTPStatusFromCode(c), Message: it.err.GetMessage(), RetryAfterSeconds: it.retryAfter}
 			for _, v := range it.err.GetFieldViolations() {
 				ir.Error.FieldViolations = append(ir.Error.FieldViolations, FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
 			}
