@@ -52,7 +52,7 @@ type Config struct {
 	WorkDir string
 	ChDBLib string
 	// Only, when not empty, runs only these sections (baselines are always
-	// measured): query, emit, latency, storm.
+	// measured): query, emit, latency, storm, noisy.
 	Only map[string]bool
 	// Commit names what was measured (default: git in the current directory).
 	Commit string
@@ -70,6 +70,7 @@ const (
 	SecQuery    = "4 query (store)"
 	SecStorm    = "5 series storm"
 	SecMemory   = "6 memory"
+	SecNoisy    = "7 noisy neighbour"
 )
 
 type runner struct {
@@ -178,7 +179,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	r.logf("starting %s on %s", cfg.GatewayBin, dataDir)
-	g, err := StartGateway(ctx, cfg.GatewayBin, dataDir, filepath.Join(cfg.WorkDir, "gateway.log"))
+	// Sections 2-5 measure the gateway's capacity: no emit rate limits
+	// (section 7 measures them on a gateway of its own).
+	g, err := StartGateway(ctx, cfg.GatewayBin, dataDir, filepath.Join(cfg.WorkDir, "gateway.log"), "--tenant-emit-rate=0", "--principal-emit-rate=0")
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +234,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.logf("stopping the gateway (peak RSS %.0f MiB)", peak)
 	if err := g.Stop(); err != nil {
 		r.rep.Notes = append(r.rep.Notes, "gateway stop: "+err.Error())
+	}
+	if r.want("noisy") {
+		r.noisy(ctx)
 	}
 	r.rep.Elapsed = time.Since(r.start).Round(time.Second).String()
 	r.rep.Sort()
