@@ -204,6 +204,18 @@ func TestEmitRateLimitOnEveryTransport(t *testing.T) {
 		}
 	})
 
+	t.Run("flux", func(t *testing.T) {
+		resp, err := http.Post(tg.httpURL+webhook.FluxPath+"?tenant.type=project&tenant.name=slow", "application/json",
+			strings.NewReader(fluxPayload("info", "ReconciliationSucceeded", nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != http.StatusTooManyRequests || ra < 1 {
+			t.Errorf("Flux event over the limit: %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	})
+
 	t.Run("kubernetes", func(t *testing.T) {
 		// A plain request: client-go would wait out the Retry-After.
 		ev := `{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"name":"k8s-over","namespace":"default"},` +

@@ -295,6 +295,9 @@ func (h *handler) flux(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if main.err != nil {
+		if main.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(main.retryAfter))
+		}
 		writeStatus(w, statusOf(main.err))
 		return
 	}
