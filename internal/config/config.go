@@ -300,6 +300,8 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.IntVar(&c.Limits.Tenant.EmitBurst, "tenant-emit-burst", c.Limits.Tenant.EmitBurst, "most events a tenant may emit at once (at least max-batch)")
 	fs.Float64Var(&c.Limits.Principal.EmitRate, "principal-emit-rate", c.Limits.Principal.EmitRate, "events per second a principal may emit, to all its tenants together (0: no limit)")
 	fs.IntVar(&c.Limits.Principal.EmitBurst, "principal-emit-burst", c.Limits.Principal.EmitBurst, "most events a principal may emit at once (at least max-batch)")
+	fs.Float64Var(&c.Limits.Tenant.ObjectEmitRate, "object-emit-rate", c.Limits.Tenant.ObjectEmitRate, "events per second one source may emit about one object in a tenant (0: no limit, the default)")
+	fs.IntVar(&c.Limits.Tenant.ObjectEmitBurst, "object-emit-burst", c.Limits.Tenant.ObjectEmitBurst, "most events one source may emit about one object at once")
 	fs.IntVar(&c.Limits.Tenant.Watches, "tenant-watches", c.Limits.Tenant.Watches, "concurrent watches of one tenant (0: no limit)")
 	fs.IntVar(&c.Limits.Principal.Watches, "principal-watches", c.Limits.Principal.Watches, "concurrent watches of one principal (0: no limit)")
 	fs.IntVar(&c.Limits.Tenant.Queries, "tenant-queries", c.Limits.Tenant.Queries, "concurrent queries (Query, Get, analytics) of one tenant (0: no limit)")

@@ -113,6 +113,7 @@ func checkRateLimited(t *testing.T, what string, err error) {
 func TestEmitRateLimitOnEveryTransport(t *testing.T) {
 	tg := limitedGateway(t, func(c *config.Config) {
 		c.Limits.Tenants["global"] = limits.Override{EmitRate: ptr(0.01), EmitBurst: ptr(10)}
+		c.Limits.Tenants["project/objects"] = limits.Override{ObjectEmitRate: ptr(0.01), ObjectEmitBurst: ptr(2)}
 	})
 	ctx := context.Background()
 	emit(t, tg.client, tenantEvents(slowTenant, 10, "Burst")...)
@@ -131,6 +132,23 @@ func TestEmitRateLimitOnEveryTransport(t *testing.T) {
 		if err != nil || len(q.Events) != 0 {
 			t.Errorf("the refused batch stored %d events of the other tenant (%v)", len(q.GetEvents()), err)
 		}
+	})
+
+	t.Run("per object", func(t *testing.T) {
+		objects := &eventgatev1.Tenant{Type: "project", Name: "objects"}
+		about := func(pod string, n int) []*eventgatev1.Event {
+			evs := tenantEvents(objects, n, "Spam")
+			for i, ev := range evs {
+				ev.Regarding.Name, ev.Note = pod, fmt.Sprintf("occurrence %d", i)
+			}
+			return evs
+		}
+		emit(t, tg.client, about("spammed", 2)...)
+		_, err := tg.client.Emit(ctx, &eventgatev1.EmitRequest{Events: about("spammed", 1)})
+		if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "objectEmitRate") {
+			t.Errorf("a third event of one source about one object: %v, want ResourceExhausted naming objectEmitRate", err)
+		}
+		emit(t, tg.client, about("quiet", 2)...)
 	})
 
 	t.Run("rest", func(t *testing.T) {

@@ -47,6 +47,12 @@ type Limits struct {
 	// EmitBurst the most at once (at least the largest batch's events).
 	EmitRate  float64 `yaml:"emitRate"`
 	EmitBurst int     `yaml:"emitBurst"`
+	// ObjectEmitRate and ObjectEmitBurst limit the events of one source
+	// (reporting controller) about one object in a tenant, server-side, as
+	// client-go's spam filter does per client (its defaults: 1 per 5
+	// minutes, burst 25); off by default.
+	ObjectEmitRate  float64 `yaml:"objectEmitRate"`
+	ObjectEmitBurst int     `yaml:"objectEmitBurst"`
 	// Watches bounds the concurrent watches.
 	Watches int `yaml:"watches"`
 	// Queries bounds a tenant's concurrent queries (Query, Get, analytics).
@@ -70,6 +76,8 @@ type Limits struct {
 type Override struct {
 	EmitRate         *float64       `yaml:"emitRate"`
 	EmitBurst        *int           `yaml:"emitBurst"`
+	ObjectEmitRate   *float64       `yaml:"objectEmitRate"`
+	ObjectEmitBurst  *int           `yaml:"objectEmitBurst"`
 	Watches          *int           `yaml:"watches"`
 	Queries          *int           `yaml:"queries"`
 	QueryWindow      *time.Duration `yaml:"queryWindow"`
@@ -86,6 +94,12 @@ func (o Override) apply(l Limits) Limits {
 	}
 	if o.EmitBurst != nil {
 		l.EmitBurst = *o.EmitBurst
+	}
+	if o.ObjectEmitRate != nil {
+		l.ObjectEmitRate = *o.ObjectEmitRate
+	}
+	if o.ObjectEmitBurst != nil {
+		l.ObjectEmitBurst = *o.ObjectEmitBurst
 	}
 	if o.Watches != nil {
 		l.Watches = *o.Watches
@@ -135,14 +149,16 @@ func (c Config) Validate(maxBatch int) error {
 	var errs []error
 	check := func(where string, l Limits, principal bool) {
 		switch {
-		case l.EmitRate < 0 || l.EmitBurst < 0 || l.Watches < 0 || l.Queries < 0 || l.QueryWindow < 0 ||
+		case l.EmitRate < 0 || l.EmitBurst < 0 || l.ObjectEmitRate < 0 || l.ObjectEmitBurst < 0 || l.Watches < 0 || l.Queries < 0 || l.QueryWindow < 0 ||
 			l.MaxQueryWindow < 0 || l.MaxExecutionTime < 0 || l.MaxRowsToRead < 0 || l.MaxBytesToRead < 0:
 			errs = append(errs, fmt.Errorf("limits %s: limits must not be negative (0 turns one off)", where))
 		case l.EmitRate > 0 && l.EmitBurst < maxBatch:
 			errs = append(errs, fmt.Errorf("limits %s: emitBurst %d is less than a batch can hold (max-batch %d): such a batch could never be accepted", where, l.EmitBurst, maxBatch))
+		case l.ObjectEmitRate > 0 && l.ObjectEmitBurst < 1:
+			errs = append(errs, fmt.Errorf("limits %s: objectEmitBurst must be at least 1 with an objectEmitRate", where))
 		case l.MaxQueryWindow > 0 && l.QueryWindow > l.MaxQueryWindow:
 			errs = append(errs, fmt.Errorf("limits %s: queryWindow %s is longer than maxQueryWindow %s", where, l.QueryWindow, l.MaxQueryWindow))
-		case principal && (l.Queries != 0 || l.QueryWindow != 0 || l.MaxQueryWindow != 0 || l.MaxExecutionTime != 0 || l.MaxRowsToRead != 0 || l.MaxBytesToRead != 0):
+		case principal && (l.ObjectEmitRate != 0 || l.Queries != 0 || l.QueryWindow != 0 || l.MaxQueryWindow != 0 || l.MaxExecutionTime != 0 || l.MaxRowsToRead != 0 || l.MaxBytesToRead != 0):
 			errs = append(errs, fmt.Errorf("limits %s: a principal has emitRate, emitBurst and watches only (query limits are per tenant)", where))
 		}
 	}

@@ -20,7 +20,9 @@ var ErrLimited = errors.New("limit reached")
 // was taken.
 type RateError struct {
 	// Who is "tenant project/shop" or "principal shop-ci".
-	Who   string
+	Who string
+	// Limit is the limit's name: emitRate or objectEmitRate.
+	Limit string
 	Rate  float64
 	Burst int
 	// Events is the batch's events for Who.
@@ -32,13 +34,20 @@ type RateError struct {
 
 func (e *RateError) Error() string {
 	if e.RetryAfter == 0 {
-		return fmt.Sprintf("%d events for %s are more than its emit burst of %d (limit emitBurst): send smaller batches", e.Events, e.Who, e.Burst)
+		return fmt.Sprintf("%d events for %s are more than its emit burst of %d (limit %s): send smaller batches", e.Events, e.Who, e.Burst, burstName(e.Limit))
 	}
-	return fmt.Sprintf("%s is over its emit rate limit of %s events/s, burst %d (limit emitRate): retry in %s",
-		e.Who, strconv.FormatFloat(e.Rate, 'f', -1, 64), e.Burst, e.RetryAfter.Round(time.Millisecond))
+	return fmt.Sprintf("%s is over its emit rate limit of %s events/s, burst %d (limit %s): retry in %s",
+		e.Who, strconv.FormatFloat(e.Rate, 'f', -1, 64), e.Burst, e.Limit, e.RetryAfter.Round(time.Millisecond))
 }
 
 func (e *RateError) Is(target error) bool { return target == ErrLimited }
+
+func burstName(rateName string) string {
+	if rateName == "objectEmitRate" {
+		return "objectEmitBurst"
+	}
+	return "emitBurst"
+}
 
 // QuotaError refuses a watch or query over a concurrency quota.
 type QuotaError struct {
@@ -69,7 +78,7 @@ type Limiter struct {
 	principals map[string]Limits
 	now        func() time.Time
 
-	emitTenants, emitPrincipals buckets
+	emitTenants, emitPrincipals, emitObjects buckets
 	watchTenants, watchPrincipals,
 	queries counters
 	metrics *Metrics
@@ -104,6 +113,15 @@ func (l *Limiter) Principal(name string) Limits {
 type TenantEvents struct {
 	Tenant authz.Tenant
 	Events int
+	// Objects counts the events by source and object (ObjectKey), for
+	// the tenant's per-object limit.
+	Objects map[string]int
+}
+
+// ObjectKey names the source (reporting controller) of an event and the
+// object it regards, for the per-object limit.
+func ObjectKey(controller, apiVersion, kind, namespace, name, uid string) string {
+	return controller + "\x00" + apiVersion + "\x00" + kind + "\x00" + namespace + "\x00" + name + "\x00" + uid
 }
 
 // Emit takes a batch's events from the buckets of each tenant and of the
@@ -114,20 +132,20 @@ func (l *Limiter) Emit(principal string, batch []TenantEvents) error {
 	now := l.now()
 	var taken []*rate.Reservation
 	var refusal *RateError
-	take := func(bs *buckets, key, who string, lim Limits, n int) bool {
-		if lim.EmitRate <= 0 {
+	take := func(bs *buckets, key, who, limit string, rate float64, burst, n int) bool {
+		if rate <= 0 {
 			return true
 		}
-		r := bs.get(key, lim, now).ReserveN(now, n)
+		r := bs.get(key, rate, burst, now).ReserveN(now, n)
 		switch {
 		case !r.OK():
-			refusal = &RateError{Who: who, Rate: lim.EmitRate, Burst: lim.EmitBurst, Events: n}
+			refusal = &RateError{Who: who, Limit: limit, Rate: rate, Burst: burst, Events: n}
 			return false
 		case r.DelayFrom(now) > 0:
 			d := r.DelayFrom(now)
 			r.CancelAt(now)
 			if refusal == nil || (refusal.RetryAfter > 0 && d > refusal.RetryAfter) {
-				refusal = &RateError{Who: who, Rate: lim.EmitRate, Burst: lim.EmitBurst, Events: n, RetryAfter: d}
+				refusal = &RateError{Who: who, Limit: limit, Rate: rate, Burst: burst, Events: n, RetryAfter: d}
 			}
 			return true // go on: the batch waits for the slowest bucket
 		}
@@ -135,14 +153,25 @@ func (l *Limiter) Emit(principal string, batch []TenantEvents) error {
 		return true
 	}
 	total := 0
+batch:
 	for _, te := range batch {
 		total += te.Events
-		if !take(&l.emitTenants, Key(te.Tenant), "tenant "+Key(te.Tenant), l.Tenant(te.Tenant), te.Events) {
+		key, tl := Key(te.Tenant), l.Tenant(te.Tenant)
+		if !take(&l.emitTenants, key, "tenant "+key, "emitRate", tl.EmitRate, tl.EmitBurst, te.Events) {
 			break
+		}
+		if tl.ObjectEmitRate <= 0 {
+			continue
+		}
+		for obj, n := range te.Objects {
+			if !take(&l.emitObjects, key+"\x00"+obj, "an object's source in tenant "+key, "objectEmitRate", tl.ObjectEmitRate, tl.ObjectEmitBurst, n) {
+				break batch
+			}
 		}
 	}
 	if refusal == nil || refusal.RetryAfter > 0 {
-		take(&l.emitPrincipals, principal, "principal "+principal, l.Principal(principal), total)
+		pl := l.Principal(principal)
+		take(&l.emitPrincipals, principal, "principal "+principal, "emitRate", pl.EmitRate, pl.EmitBurst, total)
 	}
 	if refusal != nil {
 		for _, r := range taken {
@@ -223,26 +252,26 @@ type buckets struct {
 
 const minSweep = 1024
 
-func (b *buckets) get(key string, lim Limits, now time.Time) *rate.Limiter {
+func (b *buckets) get(key string, r float64, burst int, now time.Time) *rate.Limiter {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if r, ok := b.m[key]; ok {
-		return r
+	if lim, ok := b.m[key]; ok {
+		return lim
 	}
 	if b.m == nil {
 		b.m = map[string]*rate.Limiter{}
 	}
 	if len(b.m) >= max(b.sweepAt, minSweep) {
-		for k, r := range b.m {
-			if r.TokensAt(now) >= float64(r.Burst()) {
+		for k, lim := range b.m {
+			if lim.TokensAt(now) >= float64(lim.Burst()) {
 				delete(b.m, k)
 			}
 		}
 		b.sweepAt = 2 * len(b.m)
 	}
-	r := rate.NewLimiter(rate.Limit(lim.EmitRate), lim.EmitBurst)
-	b.m[key] = r
-	return r
+	lim := rate.NewLimiter(rate.Limit(r), burst)
+	b.m[key] = lim
+	return lim
 }
 
 // counters count what is in progress by key.

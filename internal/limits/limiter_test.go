@@ -41,10 +41,10 @@ func newTestLimiter(t *testing.T, cfg Config) (*Limiter, *clock, *prometheus.Reg
 
 func TestEmitRateLimitRefillsAndSaysWhenToRetry(t *testing.T) {
 	l, c, _ := newTestLimiter(t, Config{Tenant: Limits{EmitRate: 10, EmitBurst: 20}})
-	if err := l.Emit("p", []TenantEvents{{shop, 20}}); err != nil {
+	if err := l.Emit("p", []TenantEvents{{Tenant: shop, Events: 20}}); err != nil {
 		t.Fatalf("a burst's worth: %v", err)
 	}
-	err := l.Emit("p", []TenantEvents{{shop, 5}})
+	err := l.Emit("p", []TenantEvents{{Tenant: shop, Events: 5}})
 	var re *RateError
 	if !errors.As(err, &re) || !errors.Is(err, ErrLimited) {
 		t.Fatalf("over the limit: %v, want a RateError", err)
@@ -55,43 +55,43 @@ func TestEmitRateLimitRefillsAndSaysWhenToRetry(t *testing.T) {
 	if !strings.Contains(err.Error(), "emitRate") {
 		t.Errorf("message %q does not name the limit", err)
 	}
-	if err := l.Emit("p", []TenantEvents{{other, 20}}); err != nil {
+	if err := l.Emit("p", []TenantEvents{{Tenant: other, Events: 20}}); err != nil {
 		t.Errorf("another tenant is limited by shop's bucket: %v", err)
 	}
 	c.advance(500 * time.Millisecond)
-	if err := l.Emit("p", []TenantEvents{{shop, 5}}); err != nil {
+	if err := l.Emit("p", []TenantEvents{{Tenant: shop, Events: 5}}); err != nil {
 		t.Errorf("after the wait it said: %v", err)
 	}
 }
 
 func TestEmitTakesAllOrNothing(t *testing.T) {
 	l, c, _ := newTestLimiter(t, Config{Tenant: Limits{EmitRate: 10, EmitBurst: 10}})
-	if err := l.Emit("p", []TenantEvents{{other, 8}}); err != nil {
+	if err := l.Emit("p", []TenantEvents{{Tenant: other, Events: 8}}); err != nil {
 		t.Fatal(err)
 	}
 	// shop could take 5, other only 2: nothing is taken from shop.
-	if err := l.Emit("p", []TenantEvents{{shop, 5}, {other, 5}}); err == nil {
+	if err := l.Emit("p", []TenantEvents{{Tenant: shop, Events: 5}, {Tenant: other, Events: 5}}); err == nil {
 		t.Fatal("a batch over one tenant's limit was accepted")
 	}
-	if err := l.Emit("p", []TenantEvents{{shop, 10}}); err != nil {
+	if err := l.Emit("p", []TenantEvents{{Tenant: shop, Events: 10}}); err != nil {
 		t.Errorf("the refused batch took shop's tokens: %v", err)
 	}
 	c.advance(time.Second)
 	// The principal's bucket refuses too, and gives the tenants' back.
 	l2, _, _ := newTestLimiter(t, Config{Tenant: Limits{EmitRate: 10, EmitBurst: 10}, Principal: Limits{EmitRate: 10, EmitBurst: 10}})
-	if err := l2.Emit("p", []TenantEvents{{shop, 6}, {other, 6}}); err == nil {
+	if err := l2.Emit("p", []TenantEvents{{Tenant: shop, Events: 6}, {Tenant: other, Events: 6}}); err == nil {
 		t.Fatal("12 events passed a principal bucket of 10")
 	} else if re := (*RateError)(nil); !errors.As(err, &re) || re.Who != "principal p" || re.RetryAfter != 0 {
 		t.Errorf("refusal %v, want principal p's burst", err)
 	}
-	if err := l2.Emit("q", []TenantEvents{{shop, 10}}); err != nil {
+	if err := l2.Emit("q", []TenantEvents{{Tenant: shop, Events: 10}}); err != nil {
 		t.Errorf("the refused batch took shop's tokens: %v", err)
 	}
 }
 
 func TestEmitBatchLargerThanBurstNeverFits(t *testing.T) {
 	l, _, _ := newTestLimiter(t, Config{Tenant: Limits{EmitRate: 10, EmitBurst: 10}})
-	err := l.Emit("p", []TenantEvents{{shop, 11}})
+	err := l.Emit("p", []TenantEvents{{Tenant: shop, Events: 11}})
 	var re *RateError
 	if !errors.As(err, &re) || re.RetryAfter != 0 || !strings.Contains(err.Error(), "emitBurst") {
 		t.Fatalf("11 events into a burst of 10: %v, want a RateError naming emitBurst without a retry", err)
@@ -223,12 +223,12 @@ func TestMetricsTenantLabelsAreBounded(t *testing.T) {
 	l, _, reg := newTestLimiter(t, Config{Tenant: Limits{EmitRate: 1e6, EmitBurst: 1e6}})
 	for i := range 3 * maxTenantLabels {
 		tn := authz.Tenant{Type: "project", Name: "t" + string(rune('a'+i%26)) + string(rune('a'+i/26))}
-		if err := l.Emit("p", []TenantEvents{{tn, promoteAfter}}); err != nil {
+		if err := l.Emit("p", []TenantEvents{{Tenant: tn, Events: promoteAfter}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 50 { // light tenants stay under "other"
-		if err := l.Emit("p", []TenantEvents{{authz.Tenant{Type: "user", Name: "u" + string(rune('a'+i%26)) + string(rune('a'+i/26))}, 1}}); err != nil {
+		if err := l.Emit("p", []TenantEvents{{Tenant: authz.Tenant{Type: "user", Name: "u" + string(rune('a'+i%26)) + string(rune('a'+i/26))}, Events: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -240,3 +240,29 @@ func TestMetricsTenantLabelsAreBounded(t *testing.T) {
 		t.Errorf("other: %v events, want the rest summed (%d)", got, 2*maxTenantLabels*promoteAfter+50)
 	}
 }
+
+func TestObjectEmitLimitPerSourceAndObject(t *testing.T) {
+	l, c, _ := newTestLimiter(t, Config{Tenant: Limits{ObjectEmitRate: 1, ObjectEmitBurst: 2}})
+	pod := ObjectKey("kubelet", "v1", "Pod", "web", "api-0", "")
+	other := ObjectKey("kubelet", "v1", "Pod", "web", "api-1", "")
+	if err := l.Emit("p", []TenantEvents{{Tenant: shop, Events: 2, Objects: map[string]int{pod: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	err := l.Emit("p", []TenantEvents{{Tenant: shop, Events: 2, Objects: map[string]int{pod: 1, other: 1}}})
+	var re *RateError
+	if !errors.As(err, &re) || re.Limit != "objectEmitRate" || re.RetryAfter != time.Second {
+		t.Fatalf("a third event about api-0: %v, want objectEmitRate, retry in 1s", err)
+	}
+	if err := l.Emit("p", []TenantEvents{{Tenant: shop, Events: 2, Objects: map[string]int{other: 2}}}); err != nil {
+		t.Errorf("another object (the refused batch took nothing of it): %v", err)
+	}
+	if err := l.Emit("p", []TenantEvents{{Tenant: other2, Events: 2, Objects: map[string]int{pod: 2}}}); err != nil {
+		t.Errorf("the same object in another tenant: %v", err)
+	}
+	c.advance(time.Second)
+	if err := l.Emit("p", []TenantEvents{{Tenant: shop, Events: 1, Objects: map[string]int{pod: 1}}}); err != nil {
+		t.Errorf("after a second: %v", err)
+	}
+}
+
+var other2 = authz.Tenant{Type: "user", Name: "ann"}

@@ -28,16 +28,18 @@ func limitEmit(lim *limits.Limiter, p *authz.Principal, evs []*eventgatev1.Event
 		return nil
 	}
 	batch := make([]limits.TenantEvents, 0, 1)
-next:
 	for _, ev := range evs {
 		t := authz.Tenant{Type: ev.GetTenant().GetType(), Name: ev.GetTenant().GetName()}
-		for i := range batch {
-			if batch[i].Tenant == t {
-				batch[i].Events++
-				continue next
-			}
+		i := 0
+		for i < len(batch) && batch[i].Tenant != t {
+			i++
 		}
-		batch = append(batch, limits.TenantEvents{Tenant: t, Events: 1})
+		if i == len(batch) {
+			batch = append(batch, limits.TenantEvents{Tenant: t, Objects: map[string]int{}})
+		}
+		r := ev.GetRegarding()
+		batch[i].Events++
+		batch[i].Objects[limits.ObjectKey(ev.GetReportingController(), r.GetApiVersion(), r.GetKind(), r.GetNamespace(), r.GetName(), r.GetUid())]++
 	}
 	return lim.Emit(p.Name, batch)
 }
@@ -164,7 +166,7 @@ func limitStatus(err error) (error, bool) {
 	case errors.As(err, &re) && re.RetryAfter == 0:
 		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "events", Description: re.Error()}}}), true
 	case errors.As(err, &re):
-		return exhausted(re.Error(), "RATE_LIMITED", map[string]string{"limit": "emitRate", "who": re.Who}, re.RetryAfter), true
+		return exhausted(re.Error(), "RATE_LIMITED", map[string]string{"limit": re.Limit, "who": re.Who}, re.RetryAfter), true
 	case errors.As(err, &qe):
 		return exhausted(qe.Error(), "QUOTA_EXCEEDED", map[string]string{"limit": qe.Limit, "who": qe.Who}, qe.RetryAfter), true
 	case errors.As(err, &rle):
