@@ -378,16 +378,19 @@ func TestQueryOverReadLimitFailsNamingIt(t *testing.T) {
 }
 
 // TestWatchQuotas: a tenant's and a principal's concurrent watches are
-// bounded; the watch over the quota is refused naming the limit (REST 429)
-// and the quota frees when a watch ends.
+// bounded; the watch over the quota is refused naming the limit (REST 429);
+// a watch that names no tenant counts against its principal's only tenant;
+// the quota frees when a watch ends.
 func TestWatchQuotas(t *testing.T) {
+	tokens := writeTokens(t)
 	tg := startGateway(t, func(c *config.Config) {
+		c.Auth.TokensFile = tokens
 		c.Limits.Principal.Watches = 3
-		c.Limits.Tenants = map[string]limits.Override{"project/w": {Watches: ptr(1)}}
+		c.Limits.Tenants = map[string]limits.Override{"project/w": {Watches: ptr(1)}, "project/shop": {Watches: ptr(1)}}
 	})
 	w := &eventgatev1.Tenant{Type: "project", Name: "w"}
-	open := func(ctx context.Context, req *eventgatev1.StreamWatchRequest) error {
-		stream, err := tg.client.StreamWatch(ctx, req)
+	open := func(ctx context.Context, tok string, req *eventgatev1.StreamWatchRequest) error {
+		stream, err := tg.client.StreamWatch(withToken(ctx, tok), req)
 		if err != nil {
 			return err
 		}
@@ -397,16 +400,21 @@ func TestWatchQuotas(t *testing.T) {
 		_, err = stream.Recv()
 		return err
 	}
+	refused := func(err error, who string) bool {
+		st := status.Convert(err)
+		return st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), who) && strings.Contains(st.Message(), "limit watches")
+	}
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	defer cancel1()
-	if err := open(ctx1, &eventgatev1.StreamWatchRequest{Tenant: w}); err != nil {
+	if err := open(ctx1, tokPlatform, &eventgatev1.StreamWatchRequest{Tenant: w}); err != nil {
 		t.Fatal(err)
 	}
-	err := open(context.Background(), &eventgatev1.StreamWatchRequest{Tenant: w})
-	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "tenant project/w") || !strings.Contains(st.Message(), "limit watches") {
+	if err := open(context.Background(), tokPlatform, &eventgatev1.StreamWatchRequest{Tenant: w}); !refused(err, "tenant project/w") {
 		t.Fatalf("second watch of project/w: %v, want ResourceExhausted naming the tenant's watches", err)
 	}
-	resp, err := http.Get(tg.httpURL + "/v1/events:watch?tenant.type=project&tenant.name=w")
+	req, _ := http.NewRequest(http.MethodGet, tg.httpURL+"/v1/events:watch?tenant.type=project&tenant.name=w", nil)
+	req.Header.Set("Authorization", "Bearer "+tokPlatform)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,28 +422,37 @@ func TestWatchQuotas(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("REST watch over the quota: %d, want 429", resp.StatusCode)
 	}
+
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
+	if err := open(ctx2, tokShop, &eventgatev1.StreamWatchRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	err = open(context.Background(), tokShop, &eventgatev1.StreamWatchRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: "shop"}})
+	if !refused(err, "tenant project/shop") {
+		t.Errorf("shop's watch after one naming no tenant: %v, want project/shop's watches (the first counted against its only tenant)", err)
+	}
+
 	for range 2 {
-		if err := open(ctx2, &eventgatev1.StreamWatchRequest{}); err != nil {
+		if err := open(ctx2, tokPlatform, &eventgatev1.StreamWatchRequest{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	err = open(context.Background(), &eventgatev1.StreamWatchRequest{})
-	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "principal") {
-		t.Fatalf("fourth watch of the principal: %v, want ResourceExhausted naming the principal's watches", err)
+	if err := open(context.Background(), tokPlatform, &eventgatev1.StreamWatchRequest{}); !refused(err, "principal platform") {
+		t.Fatalf("fourth watch of the platform principal: %v, want its watches", err)
 	}
+	cancel2()
 	cancel1()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx3, cancel3 := context.WithCancel(context.Background())
-		err := open(ctx3, &eventgatev1.StreamWatchRequest{Tenant: w})
+		err := open(ctx3, tokPlatform, &eventgatev1.StreamWatchRequest{Tenant: w})
 		cancel3()
 		if err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the quota did not free when the first watch ended: %v", err)
+			t.Fatalf("the quotas did not free when the watches ended: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -51,10 +51,13 @@ func watchQuota(lim *limits.Limiter, p *authz.Principal, req *eventgatev1.Stream
 		return func() {}, nil
 	}
 	var t *authz.Tenant
-	if rt := req.GetTenant(); rt.GetType() == event.TenantGlobal || (rt.GetType() != "" && rt.GetName() != "") {
+	switch rt := req.GetTenant(); {
+	case rt.GetType() == event.TenantGlobal || (rt.GetType() != "" && rt.GetName() != ""):
 		t = &authz.Tenant{Type: rt.GetType(), Name: rt.GetName()}
-	} else if sc, err := p.Scope(authz.VerbWatch, nil); err == nil && rt.GetType() == "" {
-		t = onlyTenant(sc)
+	case rt.GetType() == "":
+		if sc, err := p.Scope(authz.VerbWatch, nil); err == nil {
+			t = onlyTenant(sc)
+		}
 	}
 	return lim.AcquireWatch(p.Name, t)
 }
