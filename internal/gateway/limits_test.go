@@ -344,7 +344,7 @@ func TestQueryWindowDefaultAndMaximum(t *testing.T) {
 		t.Errorf("a 5 h window: %v, want InvalidArgument naming maxQueryWindow", err)
 	}
 	_, err = eventgatev1.NewAnalyticsServiceClient(tg.conn).Top(ctx, &eventgatev1.TopRequest{Tenant: w, Since: timestamppb.New(now.Add(-5 * time.Hour))})
-	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "more than 2h0m0s") {
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "more than 2h0m0s (limit maxQueryWindow)") {
 		t.Errorf("analytics over a 5 h window: %v, want InvalidArgument over the tenant's 2 h", err)
 	}
 	resp, err := tg.client.Query(ctx, &eventgatev1.QueryRequest{Tenant: w, Since: timestamppb.New(now.Add(-110 * time.Minute))})

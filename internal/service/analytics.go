@@ -116,6 +116,16 @@ func (a *Analytics) prepare(ctx context.Context, req analyticsRequest) (_ contex
 		// every request field still checked.
 		sc = clickhouse.Scope{}
 	}
+	if tl.MaxQueryWindow > 0 && !f.Since.IsZero() {
+		until := f.Until
+		if until.IsZero() {
+			until = time.Now()
+		}
+		if d := until.Sub(f.Since); d > tl.MaxQueryWindow {
+			release()
+			return ctx, clickhouse.AnalyticsQuery{}, nil, invalid("since", "the window spans %s, more than %s (limit maxQueryWindow): narrow since and until", d.Round(time.Second), tl.MaxQueryWindow)
+		}
+	}
 	l := analyticsLimits(a.limits, tl)
 	return ctx, clickhouse.AnalyticsQuery{Scope: sc, Filter: f, Limits: &l}, release, nil
 }
