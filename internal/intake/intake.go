@@ -43,25 +43,8 @@ var (
 	ErrStopped = errors.New("intake stopped")
 )
 
-// Result says what became of one submitted occurrence.
-type Result struct {
-	// Outcome: CREATED, SERIES_STARTED, SERIES_COUNTED, DUPLICATE (a retry
-	// of a message id logged before: logged once, decided for the first
-	// Submit), or EMIT_OUTCOME_UNSPECIFIED when the occurrence is durable in
-	// the intake log but its owner's decision did not arrive within
-	// DecisionTimeout. It will be aggregated all the same.
-	Outcome eventgatev1.EmitOutcome
-	// UID of the stored event the occurrence is part of: its own for
-	// CREATED, the series' for SERIES_STARTED and SERIES_COUNTED; the
-	// occurrence's own uid otherwise.
-	UID string
-	// SeriesUID is the series' uid for SERIES_STARTED and SERIES_COUNTED.
-	SeriesUID string
-	// ResourceVersion is the events stream sequence of the write the
-	// occurrence caused (CREATED, SERIES_STARTED); 0 when it was only
-	// counted or is undecided.
-	ResourceVersion uint64
-}
+// Result says what became of one submitted occurrence (event.Emitted).
+type Result = event.Emitted
 
 // Stats are the intake's counters: gauges over the partitions this replica
 // owns now, counters since Start (entries replayed after a takeover are
