@@ -313,4 +313,3 @@ func mustEmit(t *testing.T, base, token, body string) {
 		t.Fatalf("emit: %d %s", code, b)
 	}
 }
-

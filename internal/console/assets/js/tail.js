@@ -35,9 +35,10 @@ export function render(main, params, ctx) {
     viewport);
 
   const list = new VirtualList(viewport, CAPACITY, ROW_HEIGHT);
+  list.onDraw = () => { received.textContent = `${tail.total} received`; };
   const tail = new Tail(state, list, {
     status: (s) => { status.textContent = s; },
-    rate: (r) => { rate.textContent = `${r} events/s`; received.textContent = `${tail.total} received`; },
+    rate: (r) => { rate.textContent = `${r} events/s`; },
     error: ctx.showError,
     clearError: ctx.clearError,
   });
@@ -77,6 +78,7 @@ class VirtualList {
     this.resize = () => this.schedule();
     window.addEventListener('resize', this.resize);
     this.frame = 0;
+    this.onDraw = null;
   }
 
   push(ev) {
@@ -133,6 +135,7 @@ class VirtualList {
       if (j < want && i < this.size) row.show(this.at(i), i * this.rowHeight);
       else row.hide();
     }
+    if (this.onDraw) this.onDraw();
   }
 }
 
