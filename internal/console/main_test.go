@@ -146,6 +146,8 @@ func newGateway(dataDir string, mutate func(*config.Config)) (*testGateway, func
 	cfg.ClickHouse.Database = fmt.Sprintf("console_%d", dbSeq.n)
 	dbSeq.Unlock()
 	cfg.ClickHouse.BatchWait = 20 * time.Millisecond
+	// A series' count reaches the store within a test's patience.
+	cfg.Intake.Series.FlushInterval = 100 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
 	}
