@@ -115,7 +115,7 @@ async function loadTenants() {
   }
   const current = api.tenant();
   tenantSelect.replaceChildren(h('option', {value: ''}, 'All my tenants'),
-    [...found].sort().map((t) => h('option', {value: t}, t)));
+    ...[...found].sort().map((t) => h('option', {value: t}, t)));
   if (current) pickTenant(current);
 }
 
