@@ -22,6 +22,11 @@ function follow(u, el, height) {
 // onSelect(since, until) is called with the dragged time range (Dates).
 export function stackedBars(el, times, groups, {height = 220, onSelect, label = 'Occurrences'} = {}) {
   const uPlot = window.uPlot;
+  if (times.length === 1) {
+    // A lone bucket: an empty one either side gives the time axis a scale.
+    times = [times[0] - 60, times[0], times[0] + 60];
+    groups = groups.map((g) => ({...g, counts: [0, g.counts[0], 0]}));
+  }
   const n = times.length;
   // Series k is the sum of groups 0..k; drawn from the tallest down so the
   // smaller sums cover them, which leaves each group's own band visible.
@@ -32,7 +37,10 @@ export function stackedBars(el, times, groups, {height = 220, onSelect, label = 
     sums.push(acc);
   }
   const order = groups.map((_, k) => k).reverse();
-  const bars = uPlot.paths.bars({size: [0.9, 80], align: 0});
+  // A time is the start of its bucket: bars extend right from it, and the
+  // x range ends one bucket after the last.
+  const step = times[1] - times[0];
+  const bars = uPlot.paths.bars({size: [0.9, 80], align: 1});
   const series = [{label: 'Time', value: (u, v) => (v == null ? '' : fmtTime(v * 1000))}];
   for (const k of order) {
     const color = groups[k].color || COLORS[k % COLORS.length];
@@ -50,7 +58,10 @@ export function stackedBars(el, times, groups, {height = 220, onSelect, label = 
   const opts = {
     ...sizeOf(el, height),
     series,
-    scales: {x: {time: true}, y: {range: (u, min, max) => [0, Math.max(1, max)]}},
+    scales: {
+      x: {time: true, range: (u, min, max) => [min, max + step]},
+      y: {range: (u, min, max) => [0, Math.max(1, max)]},
+    },
     axes: [{}, {label, size: 50}],
     cursor: {drag: {x: true, y: false, setScale: false}},
     legend: {live: true},
