@@ -78,7 +78,6 @@ func TestTokenWithoutGrantSeesOnlyItsTenant(t *testing.T) {
 	// Another tenant, by URL: the API's refusal, as it states it.
 	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?tenant=project%2Fblog&reason=BlogDeployed"))
 	waitText(t, ctx, "#error", "403 Forbidden", 10*time.Second)
-	shot(t, ctx, "forbidden")
 
 	// The live tail of the shop's token: a blog event stored before a shop
 	// event never shows.

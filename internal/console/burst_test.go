@@ -83,5 +83,5 @@ func TestTailStaysResponsiveAt2000EventsPerSecond(t *testing.T) {
 	if rows > 100 {
 		t.Errorf("the live tail holds %d row elements: the list is not virtualized", rows)
 	}
-	shot(t, ctx, "tail-burst")
+	shot(t, ctx, "tail")
 }

@@ -70,7 +70,6 @@ func TestSearchFindsEventsByReasonAndByFieldSelector(t *testing.T) {
 	if got := tableColumn(t, ctx, "#results-table", 3); len(got) != 1 || got[0] != "SearchAlpha" {
 		t.Errorf("search by reason shows reasons %q, want [SearchAlpha]", got)
 	}
-	shot(t, ctx, "search")
 
 	// The URL holds the query: a reload shows the same result.
 	do(t, ctx, chromedp.Reload())

@@ -30,7 +30,6 @@ func TestTailShowsEventEmittedByCurlWithinASecond(t *testing.T) {
 	if took > time.Second {
 		t.Errorf("the live tail showed the event after %v, want within a second", took)
 	}
-	shot(t, ctx, "tail")
 }
 
 // TestTailFilterNarrowsToMatchingEvents types a reason into the tail's

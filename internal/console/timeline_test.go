@@ -40,7 +40,6 @@ func TestTimelineOfObjectShowsItsSeries(t *testing.T) {
 			t.Errorf("the event detail lacks %q:\n%s", want, detail)
 		}
 	}
-	shot(t, ctx, "event")
 
 	do(t, ctx, chromedp.Click(chromedp.CSS("#timeline-link")))
 	waitText(t, ctx, "#timeline", "TimelineBackOff", 10*time.Second)

@@ -62,7 +62,8 @@ export function stackedBars(el, times, groups, {height = 220, onSelect, label = 
       x: {time: true, range: (u, min, max) => [min, max + step]},
       y: {range: (u, min, max) => [0, Math.max(1, max)]},
     },
-    axes: [{}, {label, size: 50}],
+    // Counts are whole: no 0.2 ticks.
+    axes: [{}, {label, size: 50, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 1e7, 1e8]}],
     cursor: {drag: {x: true, y: false, setScale: false}},
     legend: {live: true},
     hooks: {
