@@ -80,7 +80,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(sharedDir)
-	gw, stop, err := newGateway(sharedDir, nil)
+	gw, stop, err := newGateway(sharedDir, "", "127.0.0.1:0", nil)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 1
@@ -112,6 +112,7 @@ func findChromium() (string, error) {
 // in a temporary directory and a database of its own in the shared chDB.
 type testGateway struct {
 	url string
+	db  string // its ClickHouse database
 }
 
 var dbSeq struct {
@@ -122,7 +123,7 @@ var dbSeq struct {
 // startGateway starts a gateway for t, stopped when t ends.
 func startGateway(t testing.TB, mutate func(*config.Config)) *testGateway {
 	t.Helper()
-	gw, stop, err := newGateway(t.TempDir(), mutate)
+	gw, stop, err := newGateway(t.TempDir(), "", "127.0.0.1:0", mutate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,17 +135,21 @@ func startGateway(t testing.TB, mutate func(*config.Config)) *testGateway {
 	return gw
 }
 
-// newGateway starts a gateway on dataDir; stop ends it and returns Serve's
-// error.
-func newGateway(dataDir string, mutate func(*config.Config)) (*testGateway, func() error, error) {
+// newGateway starts a gateway on dataDir, its ClickHouse database db (""
+// for a new one) and its HTTP listener on httpAddr; stop ends it and returns
+// Serve's error.
+func newGateway(dataDir, db, httpAddr string, mutate func(*config.Config)) (*testGateway, func() error, error) {
 	cfg := config.Default()
 	cfg.DataDir = dataDir
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.ClickHouse.DataDir = chDir
-	dbSeq.Lock()
-	dbSeq.n++
-	cfg.ClickHouse.Database = fmt.Sprintf("console_%d", dbSeq.n)
-	dbSeq.Unlock()
+	if db == "" {
+		dbSeq.Lock()
+		dbSeq.n++
+		db = fmt.Sprintf("console_%d", dbSeq.n)
+		dbSeq.Unlock()
+	}
+	cfg.ClickHouse.Database = db
 	cfg.ClickHouse.BatchWait = 20 * time.Millisecond
 	// A series' count reaches the store within a test's patience.
 	cfg.Intake.Series.FlushInterval = 100 * time.Millisecond
@@ -166,7 +171,7 @@ func newGateway(dataDir string, mutate func(*config.Config)) (*testGateway, func
 		g.Close()
 		return nil, nil, err
 	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	hl, err := listenRetry(httpAddr)
 	if err != nil {
 		cancel()
 		gl.Close()
@@ -179,7 +184,20 @@ func newGateway(dataDir string, mutate func(*config.Config)) (*testGateway, func
 		cancel()
 		return <-done
 	}
-	return &testGateway{url: "http://" + hl.Addr().String()}, stop, nil
+	return &testGateway{url: "http://" + hl.Addr().String(), db: db}, stop, nil
+}
+
+// listenRetry listens on addr, retrying for a while: a gateway that stopped
+// on it may still be closing.
+func listenRetry(addr string) (net.Listener, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l, err := net.Listen("tcp", addr)
+		if err == nil || time.Now().After(deadline) {
+			return l, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // sharedGW is one gateway without authentication for the tests that keep to

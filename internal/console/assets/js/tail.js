@@ -200,6 +200,8 @@ class Tail {
     this.list = list;
     this.ui = ui;
     this.rv = '';
+    this.shown = 0; // highest resourceVersion in the list, so a re-list adds only what is new
+    this.relisted = false;
     this.running = false;
     this.total = 0;
     this.tick = 0;
@@ -257,6 +259,7 @@ class Tail {
           this.ui.status('410 Gone: re-listing…');
           this.rv = '';
           await this.relist(generation);
+          this.relisted = true;
           continue;
         }
         if (err.status && err.status !== 429 && err.status < 500) {
@@ -283,7 +286,10 @@ class Tail {
       const q = await api.get('/v1/events', [...api.queryParams(this.state), ['pageSize', String(RELIST_PAGE)]]);
       if (!this.live(generation)) return;
       const evs = q.events || [];
-      for (let i = evs.length - 1; i >= 0; i--) this.list.push(evs[i]);
+      for (let i = evs.length - 1; i >= 0; i--) {
+        if (Number(evs[i].resourceVersion) > this.shown) this.list.push(evs[i]);
+      }
+      for (const ev of evs) this.shown = Math.max(this.shown, Number(ev.resourceVersion) || 0);
       this.rv = q.resourceVersion || '';
     } catch (err) {
       if (err.status === 401) this.ui.error(err);
@@ -302,7 +308,8 @@ class Tail {
     }
     established();
     this.ui.clearError();
-    this.ui.status(this.rv ? `Live (from resourceVersion ${this.rv})` : 'Live');
+    const from = this.rv ? ` from resourceVersion ${this.rv}` : '';
+    this.ui.status(this.relisted ? `Live (re-listed after 410 Gone${from})` : this.rv ? `Live (${from.trim()})` : 'Live');
     const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
     let rest = '';
     for (;;) {
@@ -319,6 +326,7 @@ class Tail {
     const ev = msg.object || {};
     if (ev.resourceVersion) this.rv = ev.resourceVersion;
     if (msg.type === 'BOOKMARK') return;
+    this.shown = Math.max(this.shown, Number(ev.resourceVersion) || 0);
     this.total++;
     this.tick++;
     this.list.push(ev);
