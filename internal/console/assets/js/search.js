@@ -149,7 +149,7 @@ export function render(main, params, ctx) {
   const pageSize = state.pageSize || '50';
   const qp = [...base, ['pageSize', pageSize]];
   if (state.pageToken) qp.push(['pageToken', state.pageToken]);
-  const queryKey = JSON.stringify(base.filter(([k]) => k !== 'since' && k !== 'until'));
+  const queryKey = JSON.stringify(base);
   api.get('/v1/events', qp, signal).then((r) => {
     resultsEl.replaceChildren(h('h2', {id: 'results-h'}, 'Events'));
     const evs = r.events || [];
@@ -172,7 +172,11 @@ export function render(main, params, ctx) {
       nav.append(h('button', {type: 'button', id: 'next-page', onclick: () => {
         stack.push(state.pageToken || '');
         passed.set(queryKey, stack);
-        go({...state, pageToken: r.nextPageToken});
+        // A page token belongs to its query, window included: a relative
+        // range is pinned to the times the first page was asked with.
+        const next = {...state, since: win.since.toISOString(), until: win.until.toISOString(), pageToken: r.nextPageToken};
+        delete next.range;
+        go(next);
       }}, 'Next page'));
     }
     resultsEl.append(nav);
