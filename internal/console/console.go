@@ -7,8 +7,8 @@ package console
 
 import (
 	"embed"
-	"io/fs"
 	"net/http"
+	"strings"
 )
 
 //go:embed assets
@@ -31,17 +31,18 @@ func Register(mux *http.ServeMux) {
 	mux.Handle("GET /{$}", http.RedirectHandler(Prefix, http.StatusFound))
 }
 
-// Handler serves the console's files, rooted at its index page.
+// Handler serves the console's files, rooted at its index page: a request
+// for /x (after the prefix is stripped) is answered from assets/x.
 func Handler() http.Handler {
-	sub, err := fs.Sub(assets, "assets")
-	if err != nil {
-		panic(err) // the directory is embedded at build time: it exists
-	}
-	files := http.FileServerFS(sub)
+	files := http.FileServerFS(assets)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if r.URL.Path != "" && strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r) // no directory listings
 			return
 		}
 		h := w.Header()
@@ -53,6 +54,11 @@ func Handler() http.Handler {
 		// assets are small, and a new binary must not be shadowed by a
 		// cached page.
 		h.Set("Cache-Control", "no-cache")
-		files.ServeHTTP(w, r)
+		u := *r.URL
+		u.Path = "/assets/" + strings.TrimPrefix(r.URL.Path, "/")
+		u.RawPath = ""
+		r2 := r.Clone(r.Context())
+		r2.URL = &u
+		files.ServeHTTP(w, r2)
 	})
 }

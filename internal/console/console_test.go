@@ -46,6 +46,28 @@ func TestConsoleServedAtUIWithStrictCSP(t *testing.T) {
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
 		t.Errorf("GET /: %d Location %q, want 302 to /ui/", resp.StatusCode, resp.Header.Get("Location"))
 	}
+	for _, c := range []struct {
+		method, path string
+		code         int
+		ctype        string
+	}{
+		{http.MethodGet, "/ui/js/app.js", http.StatusOK, "text/javascript"},
+		{http.MethodGet, "/ui/vendor/uPlot.min.css", http.StatusOK, "text/css"},
+		{http.MethodHead, "/ui/", http.StatusOK, "text/html"},
+		{http.MethodGet, "/ui/js/", http.StatusNotFound, ""},
+		{http.MethodGet, "/ui/missing.js", http.StatusNotFound, ""},
+		{http.MethodPost, "/ui/", http.StatusMethodNotAllowed, ""},
+	} {
+		req, _ := http.NewRequest(c.method, gw.url+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.HasPrefix(resp.Header.Get("Content-Type"), c.ctype) {
+			t.Errorf("%s %s: %d %q, want %d %q", c.method, c.path, resp.StatusCode, resp.Header.Get("Content-Type"), c.code, c.ctype)
+		}
+	}
 	// The API's own 404 for other paths is untouched.
 	resp, err = http.Get(gw.url + "/nothing-here")
 	if err != nil {

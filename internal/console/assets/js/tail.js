@@ -268,7 +268,8 @@ class Tail {
           this.running = false;
           return;
         }
-        this.ui.error(err.apiError || err);
+        // A refusal as the API states it; a network failure as what it is.
+        this.ui.error(err.apiError || new Error(`The watch stream dropped: ${err.message}`));
       }
       const base = BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)];
       const delay = Math.round(base * (0.8 + Math.random() * 0.4));
