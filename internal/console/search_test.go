@@ -114,13 +114,16 @@ func TestSearchFindsEventsByReasonAndByFieldSelector(t *testing.T) {
 // time range.
 func TestHistogramBarsAddUpToQueryCount(t *testing.T) {
 	gw := shared(t)
+	// Spread over the last 45 minutes, so the bars fall in several buckets.
 	var evs []string
+	now := time.Now()
 	for i := range 7 {
 		typ := "Normal"
 		if i%3 == 0 {
 			typ = "Warning"
 		}
-		evs = append(evs, event(fmt.Sprintf("Hist%d", i), typ, "hist-1", fmt.Sprintf("app-%d", i)))
+		evs = append(evs, fmt.Sprintf(`{"reason":"Hist%d","type":%q,"note":"n","reportingController":"example.com/console-test","eventTime":%q,"regarding":{"kind":"Deployment","namespace":"hist-1","name":"app-%d"}}`,
+			i, typ, now.Add(-time.Duration(i)*7*time.Minute).UTC().Format(time.RFC3339Nano), i))
 	}
 	mustEmit(t, gw.url, "", `{"events":[`+strings.Join(evs, ",")+`]}`)
 	waitQueryable(t, gw.url, "", "/v1/events?namespace=hist-1", "events", 7)
@@ -129,6 +132,8 @@ func TestHistogramBarsAddUpToQueryCount(t *testing.T) {
 	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?namespace=hist-1&range=1h"))
 	waitJS(t, ctx, "the histogram's table", `!!document.querySelector('#histogram-table tbody tr')`, 10*time.Second)
 	waitJS(t, ctx, "the results", `!!document.getElementById('results-count')`, 10*time.Second)
+	waitJS(t, ctx, "the facets", `!!document.querySelector('#facets button.facet')`, 10*time.Second)
+	shot(t, ctx, "histogram")
 	// Open the table, as a reader who wants the numbers would.
 	do(t, ctx, chromedp.Click(chromedp.CSS("#main details.data-details summary")))
 	bars := eval[int](t, ctx, `[...document.querySelectorAll('#histogram-table tbody td')].reduce((s, td) => s + Number(td.innerText), 0)`)
@@ -142,7 +147,6 @@ func TestHistogramBarsAddUpToQueryCount(t *testing.T) {
 	if got := eval[int](t, ctx, `document.querySelectorAll('#histogram .u-legend th').length`); got < 2 {
 		t.Errorf("the chart's legend has %d series, want Normal and Warning stacked", got)
 	}
-	shot(t, ctx, "histogram")
 
 	// A facet value filters the search.
 	do(t, ctx, chromedp.Click(chromedp.JSPath(`[...document.querySelectorAll('#facets button.facet')].find((b) => b.innerText.startsWith('Warning'))`)))
