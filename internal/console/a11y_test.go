@@ -10,7 +10,8 @@ import (
 
 // TestEveryViewIsLabelledAndKeyboardUsable checks, on every view, that each
 // form control has a label, and that a keyboard alone gets from the skip
-// link to the views and runs a search with Enter.
+// link to the views and runs a search with Enter, and that a change of view
+// moves the focus to it.
 func TestEveryViewIsLabelledAndKeyboardUsable(t *testing.T) {
 	gw := shared(t)
 	ctx := tab(t)
@@ -24,7 +25,12 @@ func TestEveryViewIsLabelledAndKeyboardUsable(t *testing.T) {
 		}
 	}
 
-	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search"))
+	// Moving to another view puts the focus on it.
+	if got := eval[string](t, ctx, `document.activeElement.id`); got != "main" {
+		t.Errorf("after a change of view the focus is on %q, want the view (main)", got)
+	}
+
+	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search"), chromedp.Reload())
 	waitJS(t, ctx, "the search form", `!!document.getElementById('f-reason')`, 10*time.Second)
 	do(t, ctx, chromedp.KeyEvent(kb.Tab))
 	if got := eval[string](t, ctx, `document.activeElement.innerText`); got != "Skip to content" {

@@ -14,6 +14,7 @@ const views = {tail, search, top, series, event: detail.event, timeline: detail.
 const main = document.getElementById('main');
 const errorBox = document.getElementById('error');
 let cleanup = null;
+let routed = false; // the first view of a page load leaves focus where the browser puts it
 
 export function showError(err) {
   if (err && err.name === 'AbortError') return;
@@ -55,6 +56,10 @@ function route() {
   if (t !== null && t !== api.tenant()) pickTenant(t);
   main.replaceChildren();
   cleanup = view.render(main, params, {showError, clearError, navigate}) || null;
+  // The control that led here is gone with the old view: keyboard and
+  // screen-reader users continue at the new view, not the top of the page.
+  if (routed && (!document.activeElement || document.activeElement === document.body)) main.focus({preventScroll: true});
+  routed = true;
 }
 
 // --- token and tenant -----------------------------------------------------
