@@ -49,11 +49,12 @@ func TestEveryViewIsLabelledAndKeyboardUsable(t *testing.T) {
 // box) and the tail keeps its time, reason and object columns.
 func TestConsoleFitsAPhone(t *testing.T) {
 	gw := shared(t)
-	mustEmit(t, gw.url, "", `{"events":[`+event("PhoneSized", "Normal", "phone-1", "web")+`]}`)
-	waitQueryable(t, gw.url, "", "/v1/events?namespace=phone-1", "events", 1)
+	ns := namespace("phone")
+	mustEmit(t, gw.url, "", `{"events":[`+event("PhoneSized", "Normal", ns, "web")+`]}`)
+	waitQueryable(t, gw.url, "", "/v1/events?namespace="+ns, "events", 1)
 	ctx := tab(t)
 	do(t, ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
-	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?namespace=phone-1"))
+	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?namespace="+ns))
 	waitText(t, ctx, "#results-table", "PhoneSized", 10*time.Second)
 	waitJS(t, ctx, "the histogram", `!!document.querySelector('#histogram .u-over')`, 10*time.Second)
 	if w := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
@@ -61,7 +62,7 @@ func TestConsoleFitsAPhone(t *testing.T) {
 	}
 	shot(t, ctx, "phone-search")
 
-	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/tail?namespace=phone-1"))
+	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/tail?namespace="+ns))
 	waitText(t, ctx, "#tail-list", "PhoneSized", 10*time.Second)
 	if w := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
 		t.Errorf("the tail is %d px wide on a %d px phone", w[0], w[1])

@@ -19,19 +19,20 @@ func eventAt(reason, ns, name string, at time.Time) string {
 // count with their change against the previous window.
 func TestTopShowsTrendAgainstPreviousWindow(t *testing.T) {
 	gw := shared(t)
+	ns := namespace("top")
 	now := time.Now()
 	before := now.Add(-20 * time.Minute)
 	evs := []string{
-		eventAt("TopRising", "top-1", "a", now), eventAt("TopRising", "top-1", "b", now), eventAt("TopRising", "top-1", "c", now),
-		eventAt("TopFalling", "top-1", "d", now),
-		eventAt("TopRising", "top-1", "e", before),
-		eventAt("TopFalling", "top-1", "f", before), eventAt("TopFalling", "top-1", "g", before),
+		eventAt("TopRising", ns, "a", now), eventAt("TopRising", ns, "b", now), eventAt("TopRising", ns, "c", now),
+		eventAt("TopFalling", ns, "d", now),
+		eventAt("TopRising", ns, "e", before),
+		eventAt("TopFalling", ns, "f", before), eventAt("TopFalling", ns, "g", before),
 	}
 	mustEmit(t, gw.url, "", `{"events":[`+strings.Join(evs, ",")+`]}`)
-	waitQueryable(t, gw.url, "", "/v1/events?namespace=top-1", "events", len(evs))
+	waitQueryable(t, gw.url, "", "/v1/events?namespace="+ns, "events", len(evs))
 
 	ctx := tab(t)
-	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/top?namespace=top-1&range=15m&dimension=reason"))
+	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/top?namespace="+ns+"&range=15m&dimension=reason"))
 	waitJS(t, ctx, "the top table", `!!document.querySelector('#top-table tbody tr')`, 10*time.Second)
 	rows := eval[[]string](t, ctx, `[...document.querySelectorAll('#top-table tbody tr')].map((tr) => [...tr.cells].map((c) => c.innerText.trim()).join('|'))`)
 	want := []string{"TopRising|3|75.0%|1|▲ +200%", "TopFalling|1|25.0%|2|▼ -50%"}
@@ -46,14 +47,15 @@ func TestTopShowsTrendAgainstPreviousWindow(t *testing.T) {
 // per-minute chart whose numbers add up to it.
 func TestSeriesViewShowsOccurrencesPerMinute(t *testing.T) {
 	gw := shared(t)
-	ev := event("SeriesBackOff", "Warning", "series-1", "worker")
+	ns := namespace("series")
+	ev := event("SeriesBackOff", "Warning", ns, "worker")
 	for range 4 {
 		mustEmit(t, gw.url, "", `{"events":[`+ev+`]}`)
 	}
-	waitSeries(t, gw.url, "SeriesBackOff", 4)
+	waitSeries(t, gw.url, ns, "SeriesBackOff", 4)
 
 	ctx := tab(t)
-	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/series?namespace=series-1&range=1h"))
+	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/series?namespace="+ns+"&range=1h"))
 	waitJS(t, ctx, "the series table", `!!document.querySelector('#series-table tbody tr')`, 10*time.Second)
 	row := eval[[]string](t, ctx, `[...document.querySelector('#series-table tbody tr').cells].map((c) => c.innerText.trim())`)
 	if row[0] != "SeriesBackOff" || row[4] != "4" || row[7] != "Ongoing" {

@@ -29,7 +29,8 @@ func TestTailStaysResponsiveAt2000EventsPerSecond(t *testing.T) {
 	// the ingest behind the watch as in production (the default nice).
 	gw := startGateway(t, func(c *config.Config) { c.ClickHouse.IngestNice = config.Default().ClickHouse.IngestNice })
 	ctx := tab(t)
-	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/tail?namespace=burst-1"))
+	ns := namespace("burst")
+	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/tail?namespace="+ns))
 	waitText(t, ctx, "#tail-status", "Live", 15*time.Second)
 	do(t, ctx, chromedp.Click(chromedp.CSS("#tail-pause")))
 	waitText(t, ctx, "#tail-status", "Paused", 5*time.Second)
@@ -40,7 +41,7 @@ func TestTailStaysResponsiveAt2000EventsPerSecond(t *testing.T) {
 	for b := range total / batch {
 		var events []string
 		for i := range batch {
-			events = append(events, event("BurstTick", "Normal", "burst-1", fmt.Sprintf("app-%d-%d", b, i)))
+			events = append(events, event("BurstTick", "Normal", ns, fmt.Sprintf("app-%d-%d", b, i)))
 		}
 		body := `{"events":[` + strings.Join(events, ",") + `]}`
 		wg.Add(1)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,6 +202,14 @@ func listenRetry(addr string) (net.Listener, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+var nsSeq atomic.Int64
+
+// namespace is a namespace no other test (or other run of this one, with
+// -count) uses, so that tests sharing a gateway see only their own events.
+func namespace(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, nsSeq.Add(1))
 }
 
 // sharedGW is one gateway without authentication for the tests that keep to

@@ -22,6 +22,7 @@ import (
 // re-lists, showing what it missed once.
 func TestTailReconnectsAfterDropAndRelistsOn410(t *testing.T) {
 	dataDir := t.TempDir()
+	ns := namespace("recon")
 	natsAddr := freeAddr(t)
 	withNATS := func(c *config.Config) { c.NATS.Listen = natsAddr }
 	gw1, stop1, err := newGateway(dataDir, "", "127.0.0.1:0", withNATS)
@@ -36,9 +37,9 @@ func TestTailReconnectsAfterDropAndRelistsOn410(t *testing.T) {
 	})
 
 	ctx := tab(t)
-	do(t, ctx, chromedp.Navigate(gw1.url+"/ui/#/tail?namespace=recon-1"))
+	do(t, ctx, chromedp.Navigate(gw1.url+"/ui/#/tail?namespace="+ns))
 	waitText(t, ctx, "#tail-status", "Live", 15*time.Second)
-	mustEmit(t, gw1.url, "", `{"events":[`+event("BeforeRestart", "Normal", "recon-1", "web")+`]}`)
+	mustEmit(t, gw1.url, "", `{"events":[`+event("BeforeRestart", "Normal", ns, "web")+`]}`)
 	waitText(t, ctx, "#tail-list", "BeforeRestart", 5*time.Second)
 
 	// The stream drops: the page says so and retries with backoff.
@@ -49,18 +50,18 @@ func TestTailReconnectsAfterDropAndRelistsOn410(t *testing.T) {
 	waitText(t, ctx, "#tail-status", "reconnecting", 10*time.Second)
 	gw2 := startGatewayAt(t, dataDir, gw1, withNATS)
 	waitText(t, ctx, "#tail-status", "Live (from resourceVersion", 20*time.Second)
-	mustEmit(t, gw2.url, "", `{"events":[`+event("AfterRestart", "Normal", "recon-1", "web")+`]}`)
+	mustEmit(t, gw2.url, "", `{"events":[`+event("AfterRestart", "Normal", ns, "web")+`]}`)
 	waitText(t, ctx, "#tail-list", "AfterRestart", 5*time.Second)
 
 	// Paused, the tail keeps its resourceVersion; the stream then forgets
 	// everything up to now.
 	do(t, ctx, chromedp.Click(chromedp.CSS("#tail-pause")))
 	waitText(t, ctx, "#tail-status", "Paused", 5*time.Second)
-	mustEmit(t, gw2.url, "", `{"events":[`+event("WhilePaused", "Normal", "recon-1", "web")+`]}`)
-	waitQueryable(t, gw2.url, "", "/v1/events?namespace=recon-1", "events", 3)
+	mustEmit(t, gw2.url, "", `{"events":[`+event("WhilePaused", "Normal", ns, "web")+`]}`)
+	waitQueryable(t, gw2.url, "", "/v1/events?namespace="+ns, "events", 3)
 	purgeStream(t, natsAddr)
-	mustEmit(t, gw2.url, "", `{"events":[`+event("AfterPurge", "Normal", "recon-1", "web")+`]}`)
-	waitQueryable(t, gw2.url, "", "/v1/events?namespace=recon-1", "events", 4)
+	mustEmit(t, gw2.url, "", `{"events":[`+event("AfterPurge", "Normal", ns, "web")+`]}`)
+	waitQueryable(t, gw2.url, "", "/v1/events?namespace="+ns, "events", 4)
 
 	do(t, ctx, chromedp.Click(chromedp.CSS("#tail-pause")))
 	waitText(t, ctx, "#tail-status", "re-listed after 410 Gone", 15*time.Second)

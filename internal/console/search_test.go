@@ -56,17 +56,18 @@ func tableColumn(t *testing.T, ctx context.Context, sel string, col int) []strin
 // matching events only, and a reload of the URL shows them again.
 func TestSearchFindsEventsByReasonAndByFieldSelector(t *testing.T) {
 	gw := shared(t)
-	mustEmit(t, gw.url, "", `{"events":[`+event("SearchAlpha", "Warning", "search-1", "api")+`,`+
-		event("SearchBeta", "Normal", "search-1", "api")+`,`+event("SearchGamma", "Normal", "search-1", "db")+`,`+
+	ns := namespace("search")
+	mustEmit(t, gw.url, "", `{"events":[`+event("SearchAlpha", "Warning", ns, "api")+`,`+
+		event("SearchBeta", "Normal", ns, "api")+`,`+event("SearchGamma", "Normal", ns, "db")+`,`+
 		event("SearchAlpha", "Warning", "search-elsewhere", "api")+`]}`)
-	waitQueryable(t, gw.url, "", "/v1/events?namespace=search-1", "events", 3)
+	waitQueryable(t, gw.url, "", "/v1/events?namespace="+ns, "events", 3)
 
 	ctx := tab(t)
 	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search"),
-		chromedp.SendKeys(chromedp.CSS("#f-namespace"), "search-1"),
+		chromedp.SendKeys(chromedp.CSS("#f-namespace"), ns),
 		chromedp.SendKeys(chromedp.CSS("#f-reason"), "SearchAlpha"),
 		chromedp.Click(chromedp.CSS("#main button[type=submit]")))
-	waitJS(t, ctx, "the query in the URL", `location.hash.includes('reason=SearchAlpha') && location.hash.includes('namespace=search-1')`, 5*time.Second)
+	waitJS(t, ctx, "the query in the URL", `location.hash.includes('reason=SearchAlpha') && location.hash.includes('namespace=`+ns+`')`, 5*time.Second)
 	waitText(t, ctx, "#results-count", "1 events", 10*time.Second)
 	if got := tableColumn(t, ctx, "#results-table", 3); len(got) != 1 || got[0] != "SearchAlpha" {
 		t.Errorf("search by reason shows reasons %q, want [SearchAlpha]", got)
@@ -80,7 +81,7 @@ func TestSearchFindsEventsByReasonAndByFieldSelector(t *testing.T) {
 	}
 
 	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search"),
-		chromedp.SendKeys(chromedp.CSS("#f-fieldSelector"), "reason in (SearchBeta,SearchGamma,SearchAlpha),type!=Warning,namespace=search-1"),
+		chromedp.SendKeys(chromedp.CSS("#f-fieldSelector"), "reason in (SearchBeta,SearchGamma,SearchAlpha),type!=Warning,namespace="+ns),
 		chromedp.Click(chromedp.CSS("#main button[type=submit]")))
 	waitText(t, ctx, "#results-count", "2 events", 10*time.Second)
 	got := strings.Join(tableColumn(t, ctx, "#results-table", 3), ",")
@@ -89,7 +90,7 @@ func TestSearchFindsEventsByReasonAndByFieldSelector(t *testing.T) {
 	}
 
 	// Keyset pages: two, then the last one, then back.
-	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?namespace=search-1&pageSize=2"))
+	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?namespace="+ns+"&pageSize=2"))
 	waitText(t, ctx, "#results-count", "2 events", 10*time.Second)
 	first := tableColumn(t, ctx, "#results-table", 3)
 	do(t, ctx, chromedp.Click(chromedp.CSS("#next-page")))
@@ -115,6 +116,7 @@ func TestSearchFindsEventsByReasonAndByFieldSelector(t *testing.T) {
 // time range.
 func TestHistogramBarsAddUpToQueryCount(t *testing.T) {
 	gw := shared(t)
+	ns := namespace("hist")
 	// Spread over the last 45 minutes, so the bars fall in several buckets.
 	var evs []string
 	now := time.Now()
@@ -123,14 +125,14 @@ func TestHistogramBarsAddUpToQueryCount(t *testing.T) {
 		if i%3 == 0 {
 			typ = "Warning"
 		}
-		evs = append(evs, fmt.Sprintf(`{"reason":"Hist%d","type":%q,"note":"n","reportingController":"example.com/console-test","eventTime":%q,"regarding":{"kind":"Deployment","namespace":"hist-1","name":"app-%d"}}`,
+		evs = append(evs, fmt.Sprintf(`{"reason":"Hist%d","type":%q,"note":"n","reportingController":"example.com/console-test","eventTime":%q,"regarding":{"kind":"Deployment","namespace":"`+ns+`","name":"app-%d"}}`,
 			i, typ, now.Add(-time.Duration(i)*7*time.Minute).UTC().Format(time.RFC3339Nano), i))
 	}
 	mustEmit(t, gw.url, "", `{"events":[`+strings.Join(evs, ",")+`]}`)
-	waitQueryable(t, gw.url, "", "/v1/events?namespace=hist-1", "events", 7)
+	waitQueryable(t, gw.url, "", "/v1/events?namespace="+ns, "events", 7)
 
 	ctx := tab(t)
-	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?namespace=hist-1&range=1h"))
+	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?namespace="+ns+"&range=1h"))
 	waitJS(t, ctx, "the histogram's table", `!!document.querySelector('#histogram-table tbody tr')`, 10*time.Second)
 	waitJS(t, ctx, "the results", `!!document.getElementById('results-count')`, 10*time.Second)
 	waitJS(t, ctx, "the facets", `!!document.querySelector('#facets button.facet')`, 10*time.Second)

@@ -18,12 +18,13 @@ func event(reason, typ, ns, name string) string {
 // event over REST and measures how long until the page shows it.
 func TestTailShowsEventEmittedByCurlWithinASecond(t *testing.T) {
 	gw := shared(t)
+	ns := namespace("tail")
 	ctx := tab(t)
-	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/tail"))
+	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/tail?namespace="+ns))
 	waitText(t, ctx, "#tail-status", "Live", 15*time.Second)
 
 	start := time.Now()
-	mustEmit(t, gw.url, "", `{"events":[`+event("TailFirstSight", "Normal", "tail-1", "web")+`]}`)
+	mustEmit(t, gw.url, "", `{"events":[`+event("TailFirstSight", "Normal", ns, "web")+`]}`)
 	waitText(t, ctx, "#tail-list", "TailFirstSight", 5*time.Second)
 	took := time.Since(start)
 	t.Logf("emitted → shown in the live tail: %v", took)
@@ -37,12 +38,13 @@ func TestTailShowsEventEmittedByCurlWithinASecond(t *testing.T) {
 // shows only the matching one.
 func TestTailFilterNarrowsToMatchingEvents(t *testing.T) {
 	gw := shared(t)
+	ns := namespace("tail")
 	ctx := tab(t)
 	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/tail"))
 	waitText(t, ctx, "#tail-status", "Live", 15*time.Second)
 	do(t, ctx,
 		chromedp.SendKeys(chromedp.CSS("#f-reason"), "TailKept"),
-		chromedp.SendKeys(chromedp.CSS("#f-namespace"), "tail-2"),
+		chromedp.SendKeys(chromedp.CSS("#f-namespace"), ns),
 		chromedp.Click(chromedp.CSS("#main button[type=submit]")),
 	)
 	waitJS(t, ctx, "the filter in the URL", `location.hash.includes('reason=TailKept')`, 5*time.Second)
@@ -50,7 +52,7 @@ func TestTailFilterNarrowsToMatchingEvents(t *testing.T) {
 
 	// One batch, in order: the dropped event is on the stream before the
 	// kept one, so once the kept one shows, the dropped one had its chance.
-	mustEmit(t, gw.url, "", `{"events":[`+event("TailDropped", "Normal", "tail-2", "web")+`,`+event("TailKept", "Warning", "tail-2", "web")+`,`+event("TailKept", "Warning", "tail-other", "web")+`]}`)
+	mustEmit(t, gw.url, "", `{"events":[`+event("TailDropped", "Normal", ns, "web")+`,`+event("TailKept", "Warning", ns, "web")+`,`+event("TailKept", "Warning", "tail-other", "web")+`]}`)
 	waitText(t, ctx, "#tail-list", "TailKept", 5*time.Second)
 	list := innerText(t, ctx, "#tail-list")
 	if strings.Contains(list, "TailDropped") || strings.Contains(list, "tail-other") {
@@ -66,10 +68,11 @@ func TestTailFilterNarrowsToMatchingEvents(t *testing.T) {
 // the resourceVersion the pause kept.
 func TestTailResumesFromLastResourceVersionAfterPause(t *testing.T) {
 	gw := shared(t)
+	ns := namespace("tail")
 	ctx := tab(t)
-	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/tail?namespace=tail-3"))
+	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/tail?namespace="+ns))
 	waitText(t, ctx, "#tail-status", "Live", 15*time.Second)
-	mustEmit(t, gw.url, "", `{"events":[`+event("BeforePause", "Normal", "tail-3", "web")+`]}`)
+	mustEmit(t, gw.url, "", `{"events":[`+event("BeforePause", "Normal", ns, "web")+`]}`)
 	waitText(t, ctx, "#tail-list", "BeforePause", 5*time.Second)
 
 	do(t, ctx, chromedp.Click(chromedp.CSS("#tail-pause")))
@@ -77,7 +80,7 @@ func TestTailResumesFromLastResourceVersionAfterPause(t *testing.T) {
 	if got := innerText(t, ctx, "#tail-pause"); got != "Resume" {
 		t.Errorf("pause button says %q while paused, want Resume", got)
 	}
-	mustEmit(t, gw.url, "", `{"events":[`+event("DuringPause", "Normal", "tail-3", "web")+`]}`)
+	mustEmit(t, gw.url, "", `{"events":[`+event("DuringPause", "Normal", ns, "web")+`]}`)
 	do(t, ctx, chromedp.Click(chromedp.CSS("#tail-pause")))
 	waitText(t, ctx, "#tail-status", "Live (from resourceVersion", 10*time.Second)
 	waitText(t, ctx, "#tail-list", "DuringPause", 5*time.Second)

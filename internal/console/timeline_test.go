@@ -16,7 +16,8 @@ import (
 // occurrences and the related event.
 func TestTimelineOfObjectShowsItsSeries(t *testing.T) {
 	gw := shared(t)
-	pod := `{"apiVersion":"v1","kind":"Pod","namespace":"tl-1","name":"api-0"}`
+	ns := namespace("timeline")
+	pod := `{"apiVersion":"v1","kind":"Pod","namespace":"` + ns + `","name":"api-0"}`
 	backoff := `{"reason":"TimelineBackOff","type":"Warning","note":"back-off restarting","reportingController":"kubelet","regarding":` + pod + `}`
 	mustEmit(t, gw.url, "", `{"events":[`+
 		`{"reason":"TimelineScheduled","type":"Normal","note":"assigned to node-1","reportingController":"scheduler","regarding":`+pod+`,`+
@@ -26,11 +27,11 @@ func TestTimelineOfObjectShowsItsSeries(t *testing.T) {
 	}
 	mustEmit(t, gw.url, "", `{"events":[{"reason":"TimelineEvicted","type":"Warning","note":"node pressure","reportingController":"kubelet",`+
 		`"regarding":{"kind":"Node","name":"node-1"},"related":`+pod+`}]}`)
-	waitQueryable(t, gw.url, "", "/v1/analytics/timeline?involving.kind=Pod&involving.namespace=tl-1&involving.name=api-0", "entries", 3)
-	waitSeries(t, gw.url, "TimelineBackOff", 3)
+	waitQueryable(t, gw.url, "", "/v1/analytics/timeline?involving.kind=Pod&involving.namespace="+ns+"&involving.name=api-0", "entries", 3)
+	waitSeries(t, gw.url, ns, "TimelineBackOff", 3)
 
 	ctx := tab(t)
-	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?namespace=tl-1&reason=TimelineScheduled"))
+	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?namespace="+ns+"&reason=TimelineScheduled"))
 	waitText(t, ctx, "#results-table", "TimelineScheduled", 10*time.Second)
 	do(t, ctx, chromedp.Click(chromedp.JSPath(`[...document.querySelectorAll('#results-table a')].find((a) => a.innerText === 'TimelineScheduled')`)))
 	waitText(t, ctx, "#event-detail", "assigned to node-1", 10*time.Second)
@@ -59,12 +60,13 @@ func TestTimelineOfObjectShowsItsSeries(t *testing.T) {
 	shot(t, ctx, "timeline")
 }
 
-// waitSeries waits until the stored series of reason has count occurrences.
-func waitSeries(t *testing.T, base, reason string, count int) {
+// waitSeries waits until the stored series of reason in ns has count
+// occurrences.
+func waitSeries(t *testing.T, base, ns, reason string, count int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		m := waitQueryable(t, base, "", "/v1/events?reason="+reason, "events", 1)
+		m := waitQueryable(t, base, "", "/v1/events?namespace="+ns+"&reason="+reason, "events", 1)
 		ev := m["events"].([]any)[0].(map[string]any)
 		if s, ok := ev["series"].(map[string]any); ok && fmt.Sprint(s["count"]) == fmt.Sprint(count) {
 			return
