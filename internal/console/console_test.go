@@ -46,6 +46,14 @@ func TestConsoleServedAtUIWithStrictCSP(t *testing.T) {
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
 		t.Errorf("GET /: %d Location %q, want 302 to /ui/", resp.StatusCode, resp.Header.Get("Location"))
 	}
+	resp, err = noRedirect.Get(gw.url + "/ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 3 || resp.Header.Get("Location") != "/ui/" {
+		t.Errorf("GET /ui: %d Location %q, want a redirect to /ui/", resp.StatusCode, resp.Header.Get("Location"))
+	}
 	for _, c := range []struct {
 		method, path string
 		code         int
