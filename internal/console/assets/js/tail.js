@@ -21,7 +21,9 @@ export function render(main, params, ctx) {
     ctx.navigate('tail', next);
   });
 
-  const pause = h('button', {type: 'button', id: 'tail-pause', 'aria-pressed': 'false'}, 'Pause');
+  // Its label says what it does next (no aria-pressed: a toggle whose label
+  // changes would be announced twice).
+  const pause = h('button', {type: 'button', id: 'tail-pause'}, 'Pause');
   const clear = h('button', {type: 'button', id: 'tail-clear'}, 'Clear');
   const status = h('span', {id: 'tail-status', class: 'status', role: 'status'}, 'Connecting…');
   const rate = h('output', {id: 'tail-rate', 'aria-label': 'Events per second'}, '0 events/s');
@@ -41,16 +43,15 @@ export function render(main, params, ctx) {
     rate: (r) => { rate.textContent = `${r} events/s`; },
     error: ctx.showError,
     clearError: ctx.clearError,
+    stopped: () => { pause.textContent = 'Resume'; },
   });
   pause.addEventListener('click', () => {
     if (tail.running) {
       tail.pause();
       pause.textContent = 'Resume';
-      pause.setAttribute('aria-pressed', 'true');
     } else {
       tail.resume();
       pause.textContent = 'Pause';
-      pause.setAttribute('aria-pressed', 'false');
     }
   });
   clear.addEventListener('click', () => list.clear());
@@ -266,6 +267,7 @@ class Tail {
           this.ui.error(err.apiError || err);
           this.ui.status(`Stopped: ${err.message}`);
           this.running = false;
+          this.ui.stopped();
           return;
         }
         // A refusal as the API states it; a network failure as what it is.
