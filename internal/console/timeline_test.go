@@ -18,15 +18,18 @@ func TestTimelineOfObjectShowsItsSeries(t *testing.T) {
 	gw := shared(t)
 	ns := namespace("timeline")
 	pod := `{"apiVersion":"v1","kind":"Pod","namespace":"` + ns + `","name":"api-0"}`
-	backoff := `{"reason":"TimelineBackOff","type":"Warning","note":"back-off restarting","reportingController":"kubelet","regarding":` + pod + `}`
+	// Spread over the last ten minutes, so that the spans have a length.
+	now := time.Now()
+	at := func(ago time.Duration) string { return now.Add(-ago).UTC().Format(time.RFC3339Nano) }
 	mustEmit(t, gw.url, "", `{"events":[`+
 		`{"reason":"TimelineScheduled","type":"Normal","note":"assigned to node-1","reportingController":"scheduler","regarding":`+pod+`,`+
-		`"labels":{"app":"api"},"annotations":{"team":"payments"}}]}`)
-	for range 3 {
-		mustEmit(t, gw.url, "", `{"events":[`+backoff+`]}`)
+		`"eventTime":"`+at(10*time.Minute)+`","labels":{"app":"api"},"annotations":{"team":"payments"}}]}`)
+	for _, ago := range []time.Duration{8 * time.Minute, 5 * time.Minute, 2 * time.Minute} {
+		mustEmit(t, gw.url, "", `{"events":[{"reason":"TimelineBackOff","type":"Warning","note":"back-off restarting","reportingController":"kubelet",`+
+			`"eventTime":"`+at(ago)+`","regarding":`+pod+`}]}`)
 	}
 	mustEmit(t, gw.url, "", `{"events":[{"reason":"TimelineEvicted","type":"Warning","note":"node pressure","reportingController":"kubelet",`+
-		`"regarding":{"kind":"Node","name":"node-1"},"related":`+pod+`}]}`)
+		`"eventTime":"`+at(time.Minute)+`","regarding":{"kind":"Node","name":"node-1"},"related":`+pod+`}]}`)
 	waitQueryable(t, gw.url, "", "/v1/analytics/timeline?involving.kind=Pod&involving.namespace="+ns+"&involving.name=api-0", "entries", 3)
 	waitSeries(t, gw.url, ns, "TimelineBackOff", 3)
 
