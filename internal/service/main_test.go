@@ -15,6 +15,7 @@ import (
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/intake"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/watch"
 )
 
 // env is the package's real parts, started once: an embedded JetStream
@@ -23,6 +24,7 @@ var env struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	intake *intake.Intake
+	hub    *watch.Hub
 }
 
 func TestMain(m *testing.M) {
@@ -71,18 +73,23 @@ func run(m *testing.M) int {
 		defer scancel()
 		_ = env.intake.Stop(sctx)
 	}()
+	if env.hub, err = watch.Start(ctx, env.js, cfg.Stream, slog.New(slog.DiscardHandler), watch.NewMetrics(nil)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer env.hub.Stop()
 	return m.Run()
 }
 
 // newEvents is the EventService over the real publisher, and the real
-// intake when series is set. (Watches and the store are not needed by
-// the emit tests.)
+// intake when series is set, and the real watch hub. (The store is not
+// needed: these tests neither list nor query.)
 func newEvents(series bool) *Events {
 	cfg := EventsConfig{Normalizer: event.Normalizer{Limits: event.DefaultLimits()}, MaxBatch: 100}
 	if series {
 		cfg.Intake = env.intake
 	}
-	return NewEvents(cfg, ejs.NewPublisher(env.js, ejs.DefaultConfig().Stream), nil, nil, nil,
+	return NewEvents(cfg, ejs.NewPublisher(env.js, ejs.DefaultConfig().Stream), env.hub, nil, nil,
 		slog.New(slog.DiscardHandler), noop.NewTracerProvider(), nil)
 }
 
