@@ -296,15 +296,13 @@ func (r *recent) put(raw []byte) (off uint64, n uint32) {
 }
 
 // grow makes the ring hold at least n bytes (at most max), keeping the
-// stream's bytes at the same offsets.
+// stream's bytes at the same offsets. The ring grows only before it first
+// wraps (once it wraps it is at its max), so what it holds is the stream's
+// first r.end bytes, in place.
 func (r *recent) grow(n int) {
-	size := min(r.max, max(64<<10, 2*len(r.buf), n))
-	buf := make([]byte, size)
-	kept := min(r.end, uint64(len(r.buf)))
-	for o := r.end - kept; o < r.end; o++ {
-		buf[o%uint64(size)] = r.buf[o%uint64(len(r.buf))]
-	}
-	r.buf, r.lo = buf, r.end-kept
+	buf := make([]byte, min(r.max, max(64<<10, 2*len(r.buf), n)))
+	copy(buf, r.buf[:min(r.end, uint64(len(r.buf)))])
+	r.buf = buf
 }
 
 // get returns a copy of the encoding at off, if the ring still holds it.
