@@ -119,3 +119,14 @@ func newTable(r *http.Request, gv groupVersion, evs []*eventgatev1.Event, meta m
 	}
 	return t
 }
+
+// Table renders events as kubectl get events shows them (the server-side
+// Table kube-apiserver answers), for clients of eventgate's own API that
+// print the same table: the eventgate CLI.
+func Table(evs []*eventgatev1.Event, now time.Time) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: eventColumns, Rows: make([]metav1.TableRow, 0, len(evs))}
+	for _, ev := range evs {
+		t.Rows = append(t.Rows, eventRow(ev, now, "None", nil))
+	}
+	return t
+}
