@@ -53,6 +53,7 @@ type (
 	TopResponse        = eventgatev1.TopResponse
 	HistogramRequest   = eventgatev1.HistogramRequest
 	HistogramResponse  = eventgatev1.HistogramResponse
+	QueryResponse      = eventgatev1.QueryResponse
 )
 
 // Event types.
