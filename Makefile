@@ -9,9 +9,10 @@ BENCH_SCALE ?= full
 
 all: build
 
-## build: compile the gateway into bin/gateway
+## build: compile the gateway into bin/gateway and the CLI into bin/eventgate
 build:
 	$(GO) build -o $(BIN)/gateway ./cmd/gateway
+	$(GO) build -o $(BIN)/eventgate ./cmd/eventgate
 
 ## run: set up and run the gateway on its embedded defaults (gRPC :9090, HTTP :8080, data in ./data)
 run: chdb build

@@ -114,6 +114,8 @@ EVENTGATE_TENANT, else the current context of the contexts file ($EVENTGATE_CONF
     namespace: web
     caFile: ...           # TLS: certFile and keyFile for mutual TLS`,
 	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	g.addFlags(root)
 	root.AddCommand(newEmit(g), newWatch(g), newGet(g), newQuery(g), newTop(g), newHistogram(g), newConfig(g))
 	return root
