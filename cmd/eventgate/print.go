@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -39,10 +41,7 @@ func newPrinter(w io.Writer, format string, withNamespace bool) (*printer, error
 	return &printer{w: w, format: format, withNamespace: withNamespace, tw: tabwriter.NewWriter(w, 6, 4, 3, ' ', 0)}, nil
 }
 
-var (
-	compact = protojson.MarshalOptions{}
-	pretty  = protojson.MarshalOptions{Multiline: true, Indent: "    "}
-)
+var compact = protojson.MarshalOptions{}
 
 // print writes evs; a table gets its header once. list says whether the
 // JSON and YAML forms are a list (query) or one object each (get, watch).
@@ -61,7 +60,13 @@ func (p *printer) print(evs []*client.Event, now time.Time) error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(p.w, "%s\n", b)
+			// protojson varies its spacing on purpose; a line format
+			// read by scripts is kept stable.
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, b); err != nil {
+				return err
+			}
+			fmt.Fprintf(p.w, "%s\n", buf.Bytes())
 		}
 		return nil
 	}
@@ -75,10 +80,15 @@ func (p *printer) print(evs []*client.Event, now time.Time) error {
 
 // object writes one message as JSON or YAML (a YAML document each).
 func (p *printer) object(m proto.Message) error {
-	b, err := pretty.Marshal(m)
+	raw, err := compact.Marshal(m)
 	if err != nil {
 		return err
 	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "    "); err != nil {
+		return err
+	}
+	b := buf.Bytes()
 	if p.format == "yaml" {
 		if b, err = yaml.JSONToYAML(b); err != nil {
 			return err
