@@ -31,15 +31,18 @@ type namedContext struct {
 
 // connection is where and as whom to connect.
 type connection struct {
-	Server    string `json:"server,omitempty"`
-	Insecure  bool   `json:"insecure,omitempty"`
-	Token     string `json:"token,omitempty"`
-	TokenFile string `json:"tokenFile,omitempty"`
-	Tenant    string `json:"tenant,omitempty"`
-	Namespace string `json:"namespace,omitempty"`
-	CAFile    string `json:"caFile,omitempty"`
-	CertFile  string `json:"certFile,omitempty"`
-	KeyFile   string `json:"keyFile,omitempty"`
+	Server string `json:"server,omitempty"`
+	// HTTPServer is the gateway's HTTP URL (whoami asks it); default: the
+	// server's host on port 8080.
+	HTTPServer string `json:"httpServer,omitempty"`
+	Insecure   bool   `json:"insecure,omitempty"`
+	Token      string `json:"token,omitempty"`
+	TokenFile  string `json:"tokenFile,omitempty"`
+	Tenant     string `json:"tenant,omitempty"`
+	Namespace  string `json:"namespace,omitempty"`
+	CAFile     string `json:"caFile,omitempty"`
+	CertFile   string `json:"certFile,omitempty"`
+	KeyFile    string `json:"keyFile,omitempty"`
 }
 
 // globals are the flags every command takes.
@@ -57,6 +60,7 @@ func (g *globals) addFlags(cmd *cobra.Command) {
 	f.StringVar(&g.configPath, "config", "", "contexts file (default $EVENTGATE_CONFIG, else ~/.config/eventgate/config.yaml)")
 	f.StringVar(&g.contextName, "context", "", "context of the contexts file to use (default its current-context)")
 	f.StringVarP(&g.flags.Server, "server", "s", "", "gateway gRPC address host:port (env EVENTGATE_SERVER)")
+	f.StringVar(&g.flags.HTTPServer, "http-server", "", "gateway HTTP URL, for whoami (env EVENTGATE_HTTP_SERVER; default: the server's host, port 8080)")
 	f.StringVar(&g.flags.Token, "token", "", "bearer token (env EVENTGATE_TOKEN)")
 	f.StringVar(&g.flags.TokenFile, "token-file", "", "file holding the bearer token, read before every call")
 	f.StringVar(&g.flags.Tenant, "tenant", "", "tenant as type/name, e.g. project/shop, or global (env EVENTGATE_TENANT)")
@@ -118,6 +122,7 @@ func (g *globals) resolve() (connection, error) {
 		}
 	}
 	set(&c.Server, "EVENTGATE_SERVER", g.flags.Server)
+	set(&c.HTTPServer, "EVENTGATE_HTTP_SERVER", g.flags.HTTPServer)
 	set(&c.Token, "EVENTGATE_TOKEN", g.flags.Token)
 	set(&c.TokenFile, "", g.flags.TokenFile)
 	set(&c.Tenant, "EVENTGATE_TENANT", g.flags.Tenant)

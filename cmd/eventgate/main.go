@@ -43,6 +43,10 @@ func errorLine(err error) string {
 	if errors.As(err, &cerr) {
 		return fmt.Sprintf("The connection to the server %s was refused - did you specify the right host or port? (%s)", cerr.server, cerr.cause)
 	}
+	var serr *serverError
+	if errors.As(err, &serr) {
+		return fmt.Sprintf("Error from server (%s): %s", serr.reason, serr.message)
+	}
 	st, ok := status.FromError(err)
 	if !ok || st.Code() == codes.OK {
 		return "error: " + err.Error()
@@ -117,6 +121,6 @@ EVENTGATE_TENANT, else the current context of the contexts file ($EVENTGATE_CONF
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	g.addFlags(root)
-	root.AddCommand(newEmit(g), newWatch(g), newGet(g), newQuery(g), newTop(g), newHistogram(g), newConfig(g))
+	root.AddCommand(newEmit(g), newWatch(g), newGet(g), newQuery(g), newTop(g), newHistogram(g), newWhoami(g), newConfig(g))
 	return root
 }

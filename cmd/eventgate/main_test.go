@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
 	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/gateway"
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) {
 
 // startGateway serves a real gateway in process on dataDir at grpcAddr and
 // httpAddr; stop ends it (t.Cleanup too).
-func startGateway(t *testing.T, dataDir, grpcAddr, httpAddr string) (stop func()) {
+func startGateway(t *testing.T, dataDir, grpcAddr, httpAddr string, mutate ...func(*config.Config)) (stop func()) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = dataDir
@@ -55,6 +56,9 @@ func startGateway(t *testing.T, dataDir, grpcAddr, httpAddr string) (stop func()
 	h := sha256.Sum256([]byte(dataDir))
 	cfg.ClickHouse.Database = "cli_" + hex.EncodeToString(h[:6])
 	cfg.ClickHouse.BatchWait = 20 * time.Millisecond
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g, err := gateway.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -396,5 +400,35 @@ func TestCompletion(t *testing.T) {
 	out := mustCLI(t, ctx, nil, "__complete", "query", "-o", "")
 	if !strings.Contains(out, "ndjson") {
 		t.Errorf("completing -o: %s", out)
+	}
+}
+
+// TestWhoami: the principal, default tenant and grants of the caller's
+// token, as the gateway sees them (and kubectl auth whoami).
+func TestWhoami(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte(fmt.Sprintf(`principals:
+  - name: blog-deployer
+    tokens: [%q]
+    defaultTenant: {type: project, name: blog}
+    grants:
+      - {tenantType: project, tenantName: blog, kinds: [{group: apps, kind: Deployment}], verbs: [emit, query]}
+`, authz.HashToken("blog-deployer-token-0123"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dataDir, grpcAddr, httpAddr := t.TempDir(), freeAddr(t), freeAddr(t)
+	startGateway(t, dataDir, grpcAddr, httpAddr, func(c *config.Config) { c.Auth.TokensFile = tokens })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	env := map[string]string{"EVENTGATE_SERVER": grpcAddr, "EVENTGATE_HTTP_SERVER": "http://" + httpAddr, "EVENTGATE_TOKEN": "blog-deployer-token-0123"}
+	out := mustCLI(t, ctx, env, "whoami")
+	for _, want := range []string{"Username         blog-deployer", "Default tenant   project/blog", "Grant            project/blog (apps/Deployment): emit, query"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("whoami lacks %q:\n%s", want, out)
+		}
+	}
+	env["EVENTGATE_TOKEN"] = "not-a-token-0123456789"
+	if _, errOut, err := cli(t, ctx, env, "whoami"); err == nil || !strings.HasPrefix(errOut, "Error from server (Unauthorized): ") {
+		t.Errorf("whoami with a wrong token: %v %s", err, errOut)
 	}
 }

@@ -183,6 +183,10 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.openapi.ServeHTTP(w, r)
 		return
 	}
+	if path == selfSubjectReviewPath {
+		a.serveSelfSubjectReview(w, r)
+		return
+	}
 	segs := strings.Split(strings.Trim(path, "/"), "/")
 	switch {
 	case path == "/version" || path == "/version/":
