@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/eventgate/eventgate/client"
-	"github.com/eventgate/eventgate/internal/k8sapi"
+	"github.com/eventgate/eventgate/internal/k8sapi/eventtable"
 )
 
 // printer writes events in one output format.
@@ -104,7 +104,7 @@ func (p *printer) object(m proto.Message) error {
 // (the same one the gateway's Kubernetes API answers kubectl with), the
 // wide columns with -o wide, NAMESPACE first across namespaces.
 func (p *printer) table(evs []*client.Event, now time.Time) error {
-	t := k8sapi.Table(evs, now)
+	t := eventtable.Table(evs, now)
 	wide := p.format == "wide"
 	visible := func(i int) bool { return wide || t.ColumnDefinitions[i].Priority == 0 }
 	if !p.headerDone {

@@ -16,8 +16,14 @@ import (
 	"github.com/spf13/cobra"
 	authnv1 "k8s.io/api/authentication/v1"
 	"sigs.k8s.io/yaml"
+)
 
-	"github.com/eventgate/eventgate/internal/k8sapi"
+// The extra keys the gateway's SelfSubjectReview carries eventgate's
+// default tenant and grants in (k8sapi.ExtraDefaultTenant, ExtraGrants;
+// not imported: the CLI builds without the server's packages).
+const (
+	extraDefaultTenant = "eventgate.io/default-tenant"
+	extraGrants        = "eventgate.io/grants"
 )
 
 func newWhoami(g *globals) *cobra.Command {
@@ -95,10 +101,10 @@ question kubectl auth whoami asks, so both answer the same.`,
 			fmt.Fprintf(p.tw, "ATTRIBUTE\tVALUE\n")
 			fmt.Fprintf(p.tw, "Username\t%s\n", u.Username)
 			fmt.Fprintf(p.tw, "Groups\t%s\n", strings.Join(u.Groups, ", "))
-			for _, t := range u.Extra[k8sapi.ExtraDefaultTenant] {
+			for _, t := range u.Extra[extraDefaultTenant] {
 				fmt.Fprintf(p.tw, "Default tenant\t%s\n", t)
 			}
-			for _, gr := range u.Extra[k8sapi.ExtraGrants] {
+			for _, gr := range u.Extra[extraGrants] {
 				fmt.Fprintf(p.tw, "Grant\t%s\n", gr)
 			}
 			return p.tw.Flush()
