@@ -432,3 +432,25 @@ func TestWhoami(t *testing.T) {
 		t.Errorf("whoami with a wrong token: %v %s", err, errOut)
 	}
 }
+
+// TestInstallsWithoutCgo: the CLI depends on none of the server's packages
+// (the embedded engine's binding needs cgo), so go install works without a
+// C compiler.
+func TestInstallsWithoutCgo(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{.CgoFiles}}{{end}}", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue // a standard package: its cgo is optional
+		}
+		pkg, cgo, _ := strings.Cut(line, " ")
+		if cgo != "[]" {
+			t.Errorf("%s has cgo files %s", pkg, cgo)
+		}
+		if strings.HasPrefix(pkg, "github.com/eventgate/eventgate/internal/") && pkg != "github.com/eventgate/eventgate/internal/k8sapi/eventtable" {
+			t.Errorf("the CLI depends on the server's %s", pkg)
+		}
+	}
+}

@@ -72,8 +72,13 @@ type: Normal
 source:
   component: kubectl-test
 `)
-	if out := k.run(t, ctx, "apply", "-f", applied); !strings.Contains(out, "api-0.applied") {
+	if out := k.run(t, ctx, "apply", "-f", applied); !strings.Contains(out, "api-0.applied created") {
 		t.Errorf("kubectl apply -f: %s", out)
+	}
+	// Applied again with a change: a patch, validated the same way.
+	reapplied := write("reapplied.yaml", strings.Replace(readFile(t, applied), "applied by kubectl apply -f", "applied again", 1))
+	if out := k.run(t, ctx, "apply", "-f", reapplied); !strings.Contains(out, "api-0.applied configured") {
+		t.Errorf("kubectl apply -f, again: %s", out)
 	}
 
 	// Validation is real: a field no Event has is refused before it is sent.
@@ -156,4 +161,13 @@ func TestK8sOpenAPIDocuments(t *testing.T) {
 			}
 		}
 	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
