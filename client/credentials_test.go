@@ -104,7 +104,7 @@ func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string) {
 		NotAfter:              time.Now().Add(time.Hour),
 		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 	}
@@ -117,6 +117,102 @@ func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string) {
 		t.Fatal(err)
 	}
 	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// TestMutualTLS: the client certificate is the credential; the gateway
+// maps it to its principal.
+func TestMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	caCert, caKeyFile := selfSignedCert(t, dir)
+	clientCert, clientKey := clientCertificate(t, dir, caCert, caKeyFile, "shop-client")
+	tokens := filepath.Join(dir, "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte(`principals:
+  - name: shop
+    grants:
+      - {tenantType: project, tenantName: shop, verbs: [emit, query]}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", func(c *config.Config) {
+		c.Auth.TokensFile = tokens
+		c.Auth.MTLS = authz.MTLSConfig{CAFile: caCert, Identities: []authz.Identity{{CN: "shop-client", Principal: "shop"}}}
+		c.TLS.CertFile, c.TLS.KeyFile = caCert, caKeyFile
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.New(g.grpcAddr, client.WithCAFile(caCert), client.WithClientCertificate(clientCert, clientKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	shop := &client.Tenant{Type: "project", Name: "shop"}
+	ev := &client.Event{Reason: "Mutual", Type: client.TypeNormal, Action: "Test", ReportingController: "example.com/mtls", Regarding: pod("web", "a")}
+	if _, err := c.Emit(ctx, &client.EmitRequest{Events: []*client.Event{ev}, Tenant: shop}); err != nil {
+		t.Fatalf("emit with a client certificate: %v", err)
+	}
+	blog := &client.Tenant{Type: "project", Name: "blog"}
+	if _, err := c.Emit(ctx, &client.EmitRequest{Events: []*client.Event{ev}, Tenant: blog}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("emit to another tenant: %v, want PermissionDenied", err)
+	}
+	anon, err := client.New(g.grpcAddr, client.WithCAFile(caCert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	if _, err := anon.Emit(ctx, &client.EmitRequest{Events: []*client.Event{ev}, Tenant: shop}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("emit without a certificate: %v, want Unauthenticated", err)
+	}
+}
+
+// clientCertificate writes a client certificate for cn signed by the CA.
+func clientCertificate(t *testing.T, dir, caCertFile, caKeyFile, cn string) (certFile, keyFile string) {
+	t.Helper()
+	caPEM, err := os.ReadFile(caCertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(caPEM)
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(caKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kblock, _ := pem.Decode(keyPEM)
+	caKey, err := x509.ParseECPrivateKey(kblock.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, cn+".crt"), filepath.Join(dir, cn+".key")
 	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
