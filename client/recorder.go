@@ -139,7 +139,10 @@ type Recorder struct {
 	settled uint64
 	changed chan struct{} // closed and replaced when settled changes
 
-	closed atomic.Bool
+	// closing guards closed: Close takes it to stop Record from queueing,
+	// so the sender's last drain sees every queued event.
+	closing sync.RWMutex
+	closed  bool
 }
 
 // NewRecorder starts a Recorder that emits on c.
@@ -197,19 +200,26 @@ func (r *Recorder) Record(ev *Event) {
 	if ev.EventTime == nil {
 		ev.EventTime = timestamppb.Now()
 	}
-	if r.closed.Load() {
-		r.drop(ev, DropClosed)
-		return
-	}
 	if r.limiter != nil && !r.limiter.allow(ev.GetRegarding(), time.Now()) {
 		r.drop(ev, DropRateLimited)
 		return
 	}
-	select {
-	case r.queue <- ev:
-		r.queued.Add(1)
+	r.closing.RLock()
+	reason := DropReason("")
+	switch {
+	case r.closed:
+		reason = DropClosed
 	default:
-		r.drop(ev, DropQueueFull)
+		select {
+		case r.queue <- ev:
+			r.queued.Add(1)
+		default:
+			reason = DropQueueFull
+		}
+	}
+	r.closing.RUnlock()
+	if reason != "" {
+		r.drop(ev, reason)
 	}
 }
 
@@ -268,7 +278,11 @@ func (r *Recorder) Flush(ctx context.Context) error {
 // Close flushes within ctx, then stops the Recorder: events still
 // unacknowledged are dropped (DropClosed). Eventf after Close drops.
 func (r *Recorder) Close(ctx context.Context) error {
-	if r.closed.Swap(true) {
+	r.closing.Lock()
+	already := r.closed
+	r.closed = true
+	r.closing.Unlock()
+	if already {
 		<-r.done
 		return nil
 	}

@@ -454,3 +454,48 @@ func TestInstallsWithoutCgo(t *testing.T) {
 		}
 	}
 }
+
+// TestEmitFromStdinThenGet: events piped in as JSON are stored; get finds
+// one by name in its namespace (YAML) and by uid (a table).
+func TestEmitFromStdinThenGet(t *testing.T) {
+	dataDir, grpcAddr, httpAddr := t.TempDir(), freeAddr(t), freeAddr(t)
+	startGateway(t, dataDir, grpcAddr, httpAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	env := map[string]string{"EVENTGATE_SERVER": grpcAddr}
+	var out, errOut bytes.Buffer
+	root := newRoot(&out, &errOut, func(k string) string { return env[k] })
+	root.SetIn(strings.NewReader(`[{"reason":"FromStdin","note":"piped","regarding":{"kind":"Job","name":"backup","namespace":"ops"}},
+{"reason":"AlsoStdin","regarding":{"kind":"Job","name":"restore","namespace":"ops"}}]`))
+	root.SetArgs([]string{"emit", "-f", "-"})
+	if err := root.ExecuteContext(ctx); err != nil {
+		t.Fatalf("emit -f -: %v\n%s", err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "event/backup.") || !strings.HasSuffix(lines[0], " created") {
+		t.Fatalf("emit -f - printed %q", out.String())
+	}
+	name := strings.TrimSuffix(strings.TrimPrefix(lines[0], "event/"), " created")
+	var y string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var err error
+		y, _, err = cli(t, ctx, env, "get", name, "-n", "ops", "-o", "yaml")
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling the store
+	}
+	if !strings.Contains(y, "reason: FromStdin") || !strings.Contains(y, "note: piped") {
+		t.Fatalf("get %s -n ops -o yaml:\n%s", name, y)
+	}
+	var uid string
+	for _, l := range strings.Split(y, "\n") {
+		if v, ok := strings.CutPrefix(l, "uid: "); ok {
+			uid = v
+		}
+	}
+	if tbl := mustCLI(t, ctx, env, "get", uid); !strings.Contains(tbl, "FromStdin") || !strings.Contains(tbl, "job/backup") {
+		t.Errorf("get %s:\n%s", uid, tbl)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/eventgate/eventgate/client"
@@ -150,6 +152,10 @@ func newGet(g *globals) *cobra.Command {
 				req.Uid = args[0]
 			}
 			ev, err := c.Get(cmd.Context(), req)
+			if status.Code(err) == codes.NotFound && req.Name != "" {
+				// Not a name in the namespace: perhaps a uid.
+				ev, err = c.Get(cmd.Context(), &client.GetRequest{Tenant: tenant, Uid: args[0]})
+			}
 			if err != nil {
 				return asConnError(conn.Server, err)
 			}
