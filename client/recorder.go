@@ -474,10 +474,16 @@ func (r *Recorder) serve(stream eventgatev1.EventService_EmitStreamClient, resen
 			}
 			b := inflight[0]
 			inflight = inflight[1:]
-			*backoff = r.opts.MinBackoff
-			if retry := r.acknowledged(b, a.resp); retry != nil {
+			retry, err := r.acknowledged(b, a.resp)
+			if retry != nil {
 				resend = append([]*batch{retry}, resend...)
 			}
+			if err != nil {
+				// The gateway could not take it now (draining, store
+				// unavailable): reconnect after a backoff, not at once.
+				return inflight, resend, err
+			}
+			*backoff = r.opts.MinBackoff
 		}
 	}
 }
@@ -486,9 +492,10 @@ func (r *Recorder) serve(stream eventgatev1.EventService_EmitStreamClient, resen
 var violationIndex = regexp.MustCompile(`^events\[(\d+)\]`)
 
 // acknowledged settles a batch's acknowledgement; it returns what of the
-// batch is to be sent again (an error the gateway may recover from, or the
-// valid rest of a batch refused for some of its events).
-func (r *Recorder) acknowledged(b *batch, resp *eventgatev1.EmitStreamResponse) *batch {
+// batch is to be sent again (the valid rest of a batch refused for some of
+// its events; the whole batch, with the error, when the gateway may recover
+// from it).
+func (r *Recorder) acknowledged(b *batch, resp *eventgatev1.EmitStreamResponse) (*batch, error) {
 	e := resp.GetError()
 	if e == nil {
 		for i, ev := range b.events {
@@ -502,7 +509,7 @@ func (r *Recorder) acknowledged(b *batch, resp *eventgatev1.EmitStreamResponse) 
 			}
 		}
 		r.settle(len(b.events))
-		return nil
+		return nil, nil
 	}
 	switch e.GetCode() {
 	case codes.InvalidArgument.String():
@@ -523,19 +530,19 @@ func (r *Recorder) acknowledged(b *batch, resp *eventgatev1.EmitStreamResponse) 
 		}
 		r.settle(len(b.events) - len(keep))
 		if len(keep) == 0 {
-			return nil
+			return nil, nil
 		}
-		return &batch{id: b.id + "r", events: keep}
+		return &batch{id: b.id + "r", events: keep}, nil
 	case codes.Unauthenticated.String(), codes.PermissionDenied.String():
 		for _, ev := range b.events {
 			r.drop(ev, DropRefused)
 		}
 		r.settle(len(b.events))
-		return nil
+		return nil, nil
 	}
 	// Unavailable, ResourceExhausted…: the same events again (their uids
 	// make the retry idempotent).
-	return b
+	return b, fmt.Errorf("eventgate recorder: batch refused: %s: %s", e.GetCode(), e.GetMessage())
 }
 
 // objectLimiter is a token bucket per regarding object.
