@@ -242,3 +242,22 @@ func blockedIn(t *testing.T, fn string) time.Duration {
 	}
 	return time.Duration(total / perSecond * float64(time.Second))
 }
+
+// TestBlockProfileSeesABlockedCall checks the measurement itself: a call
+// that waits on a channel shows in blockedIn, under its own name.
+func TestBlockProfileSeesABlockedCall(t *testing.T) {
+	lat := newLatencies(t)
+	ch := make(chan struct{})
+	go func() {
+		time.Sleep(5 * time.Millisecond) // the wait being measured
+		close(ch)
+	}()
+	waitOn(ch)
+	lat.release()
+	if d := blockedIn(t, "client_test.waitOn"); d < 4*time.Millisecond {
+		t.Errorf("a 5ms channel wait shows as %s blocked", d)
+	}
+}
+
+//go:noinline
+func waitOn(ch chan struct{}) { <-ch }
