@@ -5,13 +5,14 @@ BIN   := $(CURDIR)/bin
 TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway $(BIN)/protoc-gen-openapiv2
 BENCH_SCALE ?= full
 
-.PHONY: all build run test test-go lint generate check-generated tools chdb bench bench-go clean
+.PHONY: all build run test test-go lint generate generate-k8s-openapi check-generated tools chdb bench bench-go clean
 
 all: build
 
-## build: compile the gateway into bin/gateway
+## build: compile the gateway into bin/gateway and the CLI into bin/eventgate
 build:
 	$(GO) build -o $(BIN)/gateway ./cmd/gateway
+	$(GO) build -o $(BIN)/eventgate ./cmd/eventgate
 
 ## run: set up and run the gateway on its embedded defaults (gRPC :9090, HTTP :8080, data in ./data)
 run: chdb build
@@ -31,6 +32,14 @@ $(TOOLS): tools/go.mod tools/go.sum
 generate: tools
 	$(BIN)/buf format -w
 	$(BIN)/buf generate
+
+## generate-k8s-openapi: regenerate the Kubernetes types' OpenAPI definitions (internal/openapi) with kube-openapi
+generate-k8s-openapi:
+	cd tools && GOBIN=$(BIN) $(GO) install k8s.io/kube-openapi/cmd/openapi-gen
+	$(BIN)/openapi-gen --output-dir internal/openapi --output-pkg github.com/eventgate/eventgate/internal/openapi \
+		--output-file zz_generated.openapi.go --go-header-file /dev/null --report-filename /dev/null \
+		k8s.io/api/events/v1 k8s.io/api/core/v1 k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime \
+		k8s.io/apimachinery/pkg/version k8s.io/apimachinery/pkg/api/resource k8s.io/apimachinery/pkg/util/intstr
 
 ## check-generated: fail when gen/ (or proto formatting) drifts from proto/
 check-generated: generate

@@ -109,9 +109,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		opt(&o)
 	}
 	g = &Gateway{cfg: cfg, log: log, registry: prometheus.NewRegistry()}
+	// Not g: every failure returns nil, which would leave Close nothing to
+	// release (and a nil receiver).
+	partial := g
 	defer func() {
 		if err != nil {
-			g.Close()
+			partial.Close()
 		}
 	}()
 	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -421,6 +424,9 @@ func (c *callTracker) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 
 // Close releases everything New acquired. It is safe to call more than once.
 func (g *Gateway) Close() {
+	if g == nil {
+		return
+	}
 	g.closeOnce.Do(func() {
 		if g.hub != nil {
 			g.hub.Stop()

@@ -32,6 +32,7 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/gen/openapiv2"
 	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/console"
 	"github.com/eventgate/eventgate/internal/correlator"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/k8sapi"
@@ -217,6 +218,7 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	k8sapi.Register(mux, k8sapi.Options{Conn: g.proxy, Auth: g.auth, Config: g.cfg.K8s, Correlate: coreCorrelator(g.cfg), Log: g.log})
+	console.Register(mux)
 	mux.Handle("/", headAsGet(queryFreeEmit(gw)))
 	h := withCORS(limitBody(validURL(mux), int64(g.cfg.MaxRequestBytes)), g.cfg.CORSAllowedOrigins)
 	return otelhttp.NewHandler(h, "eventgate.rest", otelhttp.WithTracerProvider(g.tp), otelhttp.WithPropagators(telemetry.Propagator)), nil

@@ -43,25 +43,8 @@ var (
 	ErrStopped = errors.New("intake stopped")
 )
 
-// Result says what became of one submitted occurrence.
-type Result struct {
-	// Outcome: CREATED, SERIES_STARTED, SERIES_COUNTED, DUPLICATE (a retry
-	// of a message id logged before: logged once, decided for the first
-	// Submit), or EMIT_OUTCOME_UNSPECIFIED when the occurrence is durable in
-	// the intake log but its owner's decision did not arrive within
-	// DecisionTimeout. It will be aggregated all the same.
-	Outcome eventgatev1.EmitOutcome
-	// UID of the stored event the occurrence is part of: its own for
-	// CREATED, the series' for SERIES_STARTED and SERIES_COUNTED; the
-	// occurrence's own uid otherwise.
-	UID string
-	// SeriesUID is the series' uid for SERIES_STARTED and SERIES_COUNTED.
-	SeriesUID string
-	// ResourceVersion is the events stream sequence of the write the
-	// occurrence caused (CREATED, SERIES_STARTED); 0 when it was only
-	// counted or is undecided.
-	ResourceVersion uint64
-}
+// Result says what became of one submitted occurrence (event.Emitted).
+type Result = event.Emitted
 
 // Stats are the intake's counters: gauges over the partitions this replica
 // owns now, counters since Start (entries replayed after a takeover are
@@ -472,13 +455,24 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 		propagator.Inject(ctx, propagation.HeaderCarrier(m.Header))
 		return m
 	}
+	// Encoded first, so that each batch's data is allocated once, at the
+	// size of what goes into it.
+	datas := make([][]byte, len(evs))
+	parts := make([]int, len(evs))
+	left := make(map[int]int) // partition → bytes of its batched occurrences not yet placed
 	for i, ev := range evs {
 		data, err := event.Marshal(ev)
 		if err != nil {
 			forget()
 			return nil, fmt.Errorf("submit: events[%d]: %w", i, err)
 		}
-		p := in.Partition(ev)
+		datas[i], parts[i] = data, in.Partition(ev)
+		if msgIDs == nil || msgIDs[i] == "" {
+			left[parts[i]] += len(data) + binary.MaxVarintLen32
+		}
+	}
+	for i := range evs {
+		data, p := datas[i], parts[i]
 		if msgIDs != nil && msgIDs[i] != "" {
 			m := newMsg(p)
 			m.Data = data
@@ -497,8 +491,11 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 		if !ok {
 			j = len(entries)
 			open[p] = j
-			entries = append(entries, pending{m: newMsg(p), batched: true})
+			m := newMsg(p)
+			m.Data = make([]byte, 0, min(left[p], in.batchBytes+len(data)+binary.MaxVarintLen32))
+			entries = append(entries, pending{m: m, batched: true})
 		}
+		left[p] -= len(data) + binary.MaxVarintLen32
 		e := &entries[j]
 		e.m.Data = protowire.AppendBytes(e.m.Data, data)
 		e.idxs = append(e.idxs, i)

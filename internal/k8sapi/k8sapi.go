@@ -54,6 +54,7 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/openapi"
 )
 
 // Config tunes the Kubernetes API.
@@ -112,6 +113,7 @@ type API struct {
 	annot     *runtime.ServeMux // only for runtime.AnnotateContext
 	recent    *recentWrites
 	now       func() time.Time
+	openapi   http.Handler // nil when its documents did not build
 }
 
 // Register serves the Kubernetes API on mux: /api, /apis, /version and the
@@ -127,6 +129,11 @@ func Register(mux *http.ServeMux, o Options) {
 		recent:    newRecentWrites(4096, 10*time.Minute),
 		now:       time.Now,
 	}
+	if oa, err := openapi.New(KubernetesVersion); err != nil {
+		o.Log.Error("the Kubernetes OpenAPI documents did not build: kubectl needs --validate=false", "err", err)
+	} else {
+		a.openapi = oa
+	}
 	for _, p := range patterns {
 		mux.Handle(p, a)
 	}
@@ -134,7 +141,7 @@ func Register(mux *http.ServeMux, o Options) {
 
 // patterns are the ServeMux patterns Register serves: one ending in "/" is
 // a subtree.
-var patterns = []string{"/api", "/api/", "/apis", "/apis/", "/version", "/tenants/"}
+var patterns = []string{"/api", "/api/", "/apis", "/apis/", "/version", "/openapi/", "/tenants/"}
 
 // Serves reports whether Register's routes take path.
 func Serves(path string) bool {
@@ -169,6 +176,16 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		path = "/" + parts[2]
+	}
+	if openapi.Serves(path) && a.openapi != nil {
+		r = r.Clone(r.Context())
+		r.URL.Path, r.URL.RawPath = path, ""
+		a.openapi.ServeHTTP(w, r)
+		return
+	}
+	if path == selfSubjectReviewPath {
+		a.serveSelfSubjectReview(w, r)
+		return
 	}
 	segs := strings.Split(strings.Trim(path, "/"), "/")
 	switch {

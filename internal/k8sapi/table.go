@@ -7,12 +7,11 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/duration"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/k8sapi/eventtable"
 	"github.com/eventgate/eventgate/internal/k8sevent"
 )
 
@@ -35,53 +34,10 @@ func asTable(r *http.Request) bool {
 	return false
 }
 
-// eventColumns are kube-apiserver's columns for events; kubectl shows the
-// priority 0 ones (LAST SEEN, TYPE, REASON, OBJECT, MESSAGE) and the rest
-// with -o wide.
-var eventColumns = []metav1.TableColumnDefinition{
-	{Name: "Last Seen", Type: "string", Description: corev1.Event{}.SwaggerDoc()["lastTimestamp"]},
-	{Name: "Type", Type: "string", Description: corev1.Event{}.SwaggerDoc()["type"]},
-	{Name: "Reason", Type: "string", Description: corev1.Event{}.SwaggerDoc()["reason"]},
-	{Name: "Object", Type: "string", Description: corev1.Event{}.SwaggerDoc()["involvedObject"]},
-	{Name: "Subobject", Type: "string", Priority: 1, Description: corev1.ObjectReference{}.SwaggerDoc()["fieldPath"]},
-	{Name: "Source", Type: "string", Priority: 1, Description: corev1.Event{}.SwaggerDoc()["source"]},
-	{Name: "Message", Type: "string", Description: corev1.Event{}.SwaggerDoc()["message"]},
-	{Name: "First Seen", Type: "string", Priority: 1, Description: corev1.Event{}.SwaggerDoc()["firstTimestamp"]},
-	{Name: "Count", Type: "string", Priority: 1, Description: corev1.Event{}.SwaggerDoc()["count"]},
-	{Name: "Name", Type: "string", Priority: 1, Description: metav1.ObjectMeta{}.SwaggerDoc()["name"]},
-}
-
-func since(t time.Time, now time.Time) string {
-	if t.IsZero() {
-		return "<unknown>"
-	}
-	return duration.HumanDuration(now.Sub(t))
-}
-
-// eventRow is kube-apiserver's printEvent, on eventgate's event.
+// eventRow is kube-apiserver's printEvent row, with the object kubectl
+// asked to include.
 func eventRow(ev *eventgatev1.Event, now time.Time, include string, gvObj func(*eventgatev1.Event) any) metav1.TableRow {
-	first := ev.GetEventTime().AsTime()
-	last := first
-	count := int64(1)
-	if s := ev.GetSeries(); s != nil && s.GetCount() > 1 {
-		count = int64(s.GetCount())
-		if s.GetLastObservedTime() != nil {
-			last = s.GetLastObservedTime().AsTime()
-		}
-	}
-	reg := ev.GetRegarding()
-	target := strings.ToLower(reg.GetKind())
-	if reg.GetName() != "" {
-		target += "/" + reg.GetName()
-	}
-	source := ev.GetReportingController()
-	if ev.GetReportingInstance() != "" {
-		source += ", " + ev.GetReportingInstance()
-	}
-	row := metav1.TableRow{Cells: []any{
-		since(last, now), ev.GetType(), ev.GetReason(), target, reg.GetFieldPath(), source,
-		strings.TrimSpace(ev.GetNote()), since(first, now), count, ev.GetName(),
-	}}
+	row := metav1.TableRow{Cells: eventtable.Cells(ev, now)}
 	switch include {
 	case "None":
 	case "Object":
@@ -111,7 +67,7 @@ func newTable(r *http.Request, gv groupVersion, evs []*eventgatev1.Event, meta m
 		Rows:     []metav1.TableRow{},
 	}
 	if columns {
-		t.ColumnDefinitions = eventColumns
+		t.ColumnDefinitions = eventtable.Columns
 	}
 	include := r.URL.Query().Get("includeObject")
 	now := time.Now()

@@ -388,7 +388,7 @@ func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, po
 	// Its one occurrence: a singleton keeps no pending minutes.
 	w.Minutes = []MinuteCount{{Start: time.Unix(minuteOf(t)*60, 0).UTC(), Count: 1}}
 	ws = append(ws, w)
-	a.single.add(h, t, pos, raw)
+	a.single.add(h, tenantOf(ev), t, pos, raw)
 	return Decision{Outcome: Created, UID: ev.GetUid(), Writes: ws}, nil
 }
 
@@ -542,9 +542,10 @@ func (a *Aggregator) runTimers(t int64, ws []Write) []Write {
 
 // fitBudget makes room, before a new singleton is tracked (keep == nil) or
 // after series keep started: while the tracked keys exceed MaxBytes (or
-// MaxActive), the oldest singleton is forgotten (it is stored; nothing is
-// lost), or, when there is none, the least recently observed series other
-// than keep is finished with its exact count.
+// MaxActive), the oldest singleton of the tenant that tracks the most is
+// forgotten (it is stored; nothing is lost), or, when there is none, the
+// least recently observed series other than keep is finished with its
+// exact count.
 func (a *Aggregator) fitBudget(t int64, ws []Write, keep *entry) []Write {
 	next := int64(0)
 	if keep == nil {
@@ -559,9 +560,8 @@ func (a *Aggregator) fitBudget(t int64, ws []Write, keep *entry) []Write {
 		if !over {
 			return ws
 		}
-		if r, ok := a.single.oldest(); ok {
+		if r, ok := a.single.evictable(); ok {
 			a.dropSingle(r.h, r.pos)
-			a.single.pop()
 			a.stats.EvictedSingletons++
 			continue
 		}

@@ -49,8 +49,9 @@ import (
 //	  bytes singles  = 9;  // records in log order
 //	}
 //
-// where a record of singles is 32 bytes: the key's hash (16), the log time
-// (unix ns) and the position (8 each, little endian). Version 2 segments,
+// where a record of singles is 40 bytes: the key's hash (16), the tenant's
+// (see tenantOf), the log time (unix ns) and the position (8 each, little
+// endian). Version 2 segments,
 // which held each singleton's event, are still read.
 const (
 	checkpointV2      = 2
@@ -87,7 +88,7 @@ type Checkpoint struct {
 // Checkpoint returns an incremental checkpoint of the aggregator's state,
 // which RestoreCheckpoint turns back into an aggregator that continues
 // exactly where this one stands. Its cost is that of the singletons created
-// since the previous Checkpoint (32 bytes each) plus the ongoing series,
+// since the previous Checkpoint (40 bytes each) plus the ongoing series,
 // not that of every tracked key. The singletons it puts in the new segment
 // count as persisted from then on: if the checkpoint cannot be persisted,
 // the aggregator must be discarded (restore the previous checkpoint), or
@@ -321,7 +322,7 @@ func (a *Aggregator) restoreSingle(r ringRec, raw []byte) error {
 	if _, dup := a.single.byHash[r.h]; dup {
 		return fmt.Errorf("singleton at %d tracked twice", r.pos)
 	}
-	a.single.add(r.h, r.last, r.pos, raw)
+	a.single.add(r.h, r.tenant, r.last, r.pos, raw)
 	return nil
 }
 

@@ -37,7 +37,7 @@ type Config struct {
 	// Default 6m.
 	FinishAfter time.Duration `yaml:"finishAfter"`
 	// MaxBytes is the memory budget of an Aggregator's tracked keys:
-	// singletons that may still start a series (under a hundred bytes
+	// singletons that may still start a series (about 200 bytes
 	// each), ongoing series (about three times their event's encoding) and
 	// a ring of the most recent singletons' encodings (an eighth of the
 	// budget). See the package documentation for what happens at the

@@ -105,7 +105,7 @@ func TestKeyHashCollisionMakesANewSingleton(t *testing.T) {
 	// A tracked singleton under ev's hash whose event is other's: what a
 	// collision of the two keys' hashes would leave.
 	a.advance(at, pos)
-	a.single.add(hashKey(appendKey(nil, ev)), at.UnixNano(), pos, raw)
+	a.single.add(hashKey(appendKey(nil, ev)), tenantOf(ev), at.UnixNano(), pos, raw)
 
 	at, pos = l.next(time.Second)
 	d := must(a.Observe(ev, at, pos))
@@ -178,5 +178,49 @@ func TestRecentRingKeepsTheLastEncodings(t *testing.T) {
 	}
 	if got, ok := r.get(puts[0].off, puts[0].n); ok {
 		t.Errorf("the first encoding is still returned (%d bytes) after %d bytes", len(got), r.end)
+	}
+}
+
+// TestFloodingTenantForgetsOnlyItsOwnSingletons: at the memory budget, the
+// tenant that tracks the most singletons gives up its own oldest ones: a
+// tenant flooding distinct events does not make another tenant's repeats
+// new singletons.
+func TestFloodingTenantForgetsOnlyItsOwnSingletons(t *testing.T) {
+	a := mustNew(t, Config{MaxBytes: 256 << 10})
+	l := newLog()
+	var log []logEntry
+	a.SetReader(func(pos uint64) ([]byte, error) { return readerOf(log)(pos) })
+	inTenant := func(tenant, uid, pod string) *eventgatev1.Event {
+		ev := podEvent(uid, pod)
+		ev.Tenant.Name = tenant
+		at, pos := l.now, l.pos
+		log = append(log, logEntry{ev: ev, at: at, pos: pos})
+		return ev
+	}
+	for i := range 50 {
+		at, pos := l.next(time.Millisecond)
+		must(a.Observe(inTenant("quiet", fmt.Sprintf("q%d", i), fmt.Sprintf("pod-%d", i)), at, pos))
+	}
+	for i := range 20_000 {
+		at, pos := l.next(time.Millisecond)
+		must(a.Observe(inTenant("flood", fmt.Sprintf("f%d", i), fmt.Sprintf("pod-%d", i)), at, pos))
+	}
+	if s := a.Stats(); s.EvictedSingletons == 0 {
+		t.Fatalf("Stats = %+v: the flood should have reached the budget", s)
+	}
+	for i := range 50 {
+		at, pos := l.next(time.Millisecond)
+		d := must(a.Observe(inTenant("quiet", fmt.Sprintf("again-%d", i), fmt.Sprintf("pod-%d", i)), at, pos))
+		if d.Outcome != SeriesStarted || d.UID != fmt.Sprintf("q%d", i) {
+			t.Fatalf("quiet tenant's repeat %d: %+v, want its series started", i, d)
+		}
+	}
+	// Expired singletons leave their tenant's list too.
+	at, pos := l.next(DefaultWindow + time.Second)
+	a.Tick(at, pos)
+	for id, ts := range a.single.tenants {
+		if len(ts.idxs) > 2*ts.live+64 {
+			t.Errorf("tenant %x lists %d singletons for %d live", id, len(ts.idxs), ts.live)
+		}
 	}
 }

@@ -208,7 +208,7 @@ type decoded struct {
 
 // single is a decoded singleton's record.
 func (d decoded) single() ringRec {
-	return ringRec{h: hashKey(appendKey(nil, d.ev)), last: d.last, pos: d.pos}
+	return ringRec{h: hashKey(appendKey(nil, d.ev)), tenant: tenantOf(d.ev), last: d.last, pos: d.pos}
 }
 
 func decodeEntry(b []byte) (decoded, error) {

@@ -21,7 +21,6 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/event"
-	"github.com/eventgate/eventgate/internal/intake"
 	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/limits"
 	"github.com/eventgate/eventgate/internal/subject"
@@ -41,7 +40,7 @@ type Intake interface {
 	// Start logs evs (as the emitter counted them when asIs), after the
 	// occurrences of every Start before it; wait, called once, returns
 	// what each became once all are durable.
-	Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string, asIs bool) (wait func() ([]intake.Result, error), err error)
+	Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string, asIs bool) (wait func() ([]event.Emitted, error), err error)
 }
 
 // EventsConfig configures the EventService.
