@@ -25,7 +25,7 @@ import (
 const (
 	NoisyALimit   = 1000 // A's events/s (--tenant-emit-rate; B stays far under it)
 	NoisyFlood    = 5
-	NoisyCallers  = 32
+	NoisyCallers  = 50 // as ghz's default concurrency
 	NoisyBatch    = 10
 	NoisyBRate    = 50
 	NoisyBKeys    = 20
@@ -71,7 +71,10 @@ func RunNoisy(ctx context.Context, g *Gateway, run string, flood bool, d time.Du
 	defer conn.Close()
 	watchClient := eventgatev1.NewEventServiceClient(conn)
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() { // every goroutine ends before res is handed over
+		cancel()
+		wg.Wait()
+	}()
 	for i := 0; i < NoisyWatchers; i++ {
 		s, err := watchClient.StreamWatch(ctx, &eventgatev1.StreamWatchRequest{Tenant: b})
 		if err != nil {
