@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -32,6 +33,8 @@ type Gateway struct {
 	GRPCAddr string
 	HTTPURL  string
 	NATSURL  string
+	// DebugURL serves the gateway's pprof profiles.
+	DebugURL string
 
 	conn      *grpc.ClientConn
 	Events    eventgatev1.EventServiceClient
@@ -66,11 +69,15 @@ func StartGateway(ctx context.Context, bin, dataDir, logPath string, extra ...st
 	if err != nil {
 		return nil, err
 	}
+	debugAddr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("gateway log: %w", err)
 	}
-	args := append([]string{"--data-dir", dataDir, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--nats-listen", natsAddr}, extra...)
+	args := append([]string{"--data-dir", dataDir, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--nats-listen", natsAddr, "--debug-addr", debugAddr}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The gateway must not outlive the bench (an interrupted run).
@@ -80,7 +87,7 @@ func StartGateway(ctx context.Context, bin, dataDir, logPath string, extra ...st
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	g := &Gateway{cmd: cmd, exited: make(chan error, 1), DataDir: dataDir, GRPCAddr: grpcAddr,
-		HTTPURL: "http://" + httpAddr, NATSURL: "nats://" + natsAddr}
+		HTTPURL: "http://" + httpAddr, NATSURL: "nats://" + natsAddr, DebugURL: "http://" + debugAddr}
 	go func() {
 		g.exited <- cmd.Wait()
 		logf.Close()
@@ -270,4 +277,29 @@ func (g *Gateway) Stop() error {
 		g.cmd.Process.Kill()
 		return errors.New("gateway did not stop within a minute of SIGTERM: killed")
 	}
+}
+
+// SaveHeapProfile writes the gateway's heap profile to path.
+func (g *Gateway) SaveHeapProfile(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.DebugURL+"/debug/pprof/heap", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return f.Close()
 }

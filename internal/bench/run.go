@@ -96,7 +96,43 @@ func (r *runner) logMem(ctx context.Context, g *Gateway, phase string) {
 	}
 	heap /= 1 << 20
 	r.maxHeap = max(r.maxHeap, heap)
-	r.logf("gateway memory after %s: RSS %.0f MiB, peak %.0f MiB, Go heap in use %.0f MiB", phase, now, peak, heap)
+	prof := filepath.Join(r.cfg.WorkDir, "heap."+phase+".pb.gz")
+	if err := g.SaveHeapProfile(ctx, prof); err != nil {
+		prof = err.Error()
+	}
+	r.logf("gateway memory after %s: RSS %.0f MiB, peak %.0f MiB, Go heap in use %.0f MiB (profile: %s)", phase, now, peak, heap, prof)
+}
+
+// intakeStages are the stages of eventgate_intake_stage_seconds, in the
+// order an Emit goes through them.
+var intakeStages = []string{"log", "consumer", "write", "decide"}
+
+// stages reads the sum and count of each intake stage's histogram.
+func stages(ctx context.Context, g *Gateway) map[string][2]float64 {
+	out := make(map[string][2]float64)
+	for _, st := range intakeStages {
+		sum, err1 := g.Metric(ctx, `eventgate_intake_stage_seconds_sum{stage="`+st+`"}`)
+		n, err2 := g.Metric(ctx, `eventgate_intake_stage_seconds_count{stage="`+st+`"}`)
+		if err1 == nil && err2 == nil {
+			out[st] = [2]float64{sum, n}
+		}
+	}
+	return out
+}
+
+// logStages logs where an Emit's time went between two readings of
+// stages: the mean of each stage (see eventgate_intake_stage_seconds).
+func (r *runner) logStages(before, after map[string][2]float64) {
+	var parts []string
+	for _, st := range intakeStages {
+		a, b := after[st], before[st]
+		if n := a[1] - b[1]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f ms", st, (a[0]-b[0])/n*1000))
+		}
+	}
+	if len(parts) > 0 {
+		r.logf("latency phase, mean per stage of an emit: %s", strings.Join(parts, ", "))
+	}
 }
 
 func (r *runner) want(section string) bool { return len(r.cfg.Only) == 0 || r.cfg.Only[section] }
@@ -166,7 +202,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.logMem(ctx, g, "throughput")
 	}
 	if r.want("latency") && streamRate > 0 {
+		before := stages(ctx, g)
 		r.latency(ctx, g, int(streamRate/2))
+		r.logStages(before, stages(ctx, g))
 		r.logMem(ctx, g, "latency")
 	}
 	if prof != nil {

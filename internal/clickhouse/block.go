@@ -11,7 +11,7 @@ import (
 
 // eventBatch is one INSERT into the events table. A transport's encode does
 // the client-side work (building and encoding the rows in its wire form)
-// and insert sends the result; the Ingester runs encode on its
+// and insert sends the result; a Writer runs encode on its
 // low-priority thread (see niceThread).
 type eventBatch struct {
 	rows []Row

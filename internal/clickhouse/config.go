@@ -57,7 +57,7 @@ type Config struct {
 // 100 / 1k / 5k / 10k / 20k rows insert 18k / 61k / 95k / 89k / 92k rows/s —
 // an INSERT has a fixed cost of a few milliseconds, so throughput flattens
 // from ~5k rows. BatchWait bounds the latency at low rates: an emitted event
-// is queryable ~180 ms later, p99 205 ms (BenchmarkIngestVisibility).
+// is queryable ~180 ms later, p99 205 ms (package ingest, BenchmarkIngestVisibility).
 const (
 	DefaultDatabase   = "eventgate"
 	DefaultTTL        = 90 * 24 * time.Hour

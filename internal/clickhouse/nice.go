@@ -24,7 +24,7 @@ import (
 // thread that calls it (they then serve every query, at that priority),
 // while the engine's work for a statement runs on those workers, not on
 // the calling thread: calling the engine from here would lower queries,
-// not ingest. So the Ingester builds and encodes a batch here (the Go
+// not ingest. So a Writer builds and encodes a batch here (the Go
 // side of an insert) and calls the engine from its own goroutine; the
 // engine lowers its own threads for the insert itself (os_thread_priority,
 // chdb.Options.InsertNice).

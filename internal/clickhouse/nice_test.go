@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,11 +73,11 @@ func (e *encoderTransport) encode(b *eventBatch) error {
 	return e.transport.encode(b)
 }
 
-// TestIngestNice: with IngestNice set, the ingester builds and encodes its
+// TestWriterNice: with IngestNice set, the writer builds and encodes its
 // batches on one thread at that nice value, no other thread of the process
 // ends up with it (neither the runtime's nor the engine's), the batches
-// reach ClickHouse, and the thread ends with the ingester.
-func TestIngestNice(t *testing.T) {
+// reach ClickHouse, and the thread ends when the writer is closed.
+func TestWriterNice(t *testing.T) {
 	const nice = 7 // not the default, and not a value anything else uses
 	cfg := DefaultConfig()
 	cfg.Database = testDatabase(t)
@@ -90,33 +91,44 @@ func TestIngestNice(t *testing.T) {
 		engine(t).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
 	})
 	if before := threadsWithNice(t, nice); len(before) > 0 {
-		t.Fatalf("threads at nice %d before ingest: %v", nice, before)
+		t.Fatalf("threads at nice %d before the writer: %v", nice, before)
 	}
 	et := &encoderTransport{transport: s.t, tids: map[int]bool{}, nices: map[int]bool{}}
 	s.t = et
-	n := startNATS(t)
-	in, err := StartIngest(context.Background(), n.js, n.stream, s, testIngestConfig(), testLogger(t), nil)
+	w, err := s.NewWriter()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := false
+	closed := false
 	t.Cleanup(func() {
-		if !stopped {
-			in.Stop(context.Background())
+		if !closed {
+			w.Close()
 		}
 	})
-	if in.encoder == nil {
+	if w.th == nil {
 		t.Fatal("no encoder thread")
 	}
-	tid := in.encoder.tid
+	tid := w.th.tid
 	if got, err := threadNice(tid); err != nil || got != nice {
 		t.Fatalf("encoder thread %d: nice %d (%v), want %d", tid, got, err, nice)
 	}
 
-	evs := ingestEvents("nice", 400)
-	seqs := n.publish(t, evs...)
-	waitFloor(t, in, seqs[len(seqs)-1], 30*time.Second)
-	checkExactlyOnce(t, s, seqs[len(seqs)-1], evs, seqs)
+	var uids []string
+	for b := range 4 {
+		rows := make([]Row, 100)
+		for i := range rows {
+			seq := uint64(b*len(rows) + i + 1)
+			ev := mkEvent(fmt.Sprintf("nice-%04d", seq), float64(seq)/100)
+			rows[i] = Row{Seq: seq, Subject: event.SubjectOf(ev), Event: ev, StoredAt: time.Now()}
+			uids = append(uids, ev.Uid)
+		}
+		if err := w.Insert(context.Background(), rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := uidsOf(query(t, s, Query{Scope: all, PageSize: MaxPageSize, OldestFirst: true}, uint64(len(uids))).Events); !slices.Equal(got, uids) {
+		t.Fatalf("stored %d events, want %d", len(got), len(uids))
+	}
 
 	et.mu.Lock()
 	if len(et.tids) != 1 || !et.tids[tid] || len(et.nices) != 1 || !et.nices[nice] || len(et.errs) > 0 {
@@ -127,17 +139,15 @@ func TestIngestNice(t *testing.T) {
 		t.Errorf("threads at nice %d: %v, want only the encoder %d", nice, got, tid)
 	}
 
-	if err := in.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	stopped = true
+	w.Close()
+	closed = true
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); errors.Is(err, os.ErrNotExist) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("encoder thread %d (pid %d) still exists after Stop", tid, os.Getpid())
+			t.Fatalf("encoder thread %d (pid %d) still exists after Close", tid, os.Getpid())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -185,12 +195,15 @@ func TestInsertOnNiceThread(t *testing.T) {
 	})
 }
 
-// TestIngestNiceOnlyEmbedded: a server's inserts get no encoder thread.
-func TestIngestNiceOnlyEmbedded(t *testing.T) {
+// TestWriterNiceOnlyEmbedded: a server's inserts get no encoder thread.
+func TestWriterNiceOnlyEmbedded(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *Store) {
-		n := startNATS(t)
-		in := startIngest(t, n, s, testIngestConfig(), nil)
-		if got, want := in.encoder != nil, s.t.kind() == "chdb"; got != want {
+		w, err := s.NewWriter()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if got, want := w.th != nil, s.t.kind() == "chdb"; got != want {
 			t.Errorf("%s: encoder thread %v, want %v", s.t.kind(), got, want)
 		}
 	})

@@ -1,6 +1,6 @@
 // Package clickhouse keeps events in ClickHouse and answers Query and Get
 // from it: "two transports, one SQL". The schema (schema.go), the ingest
-// writer (ingest.go) and every query (query.go) are written once in
+// writer (store.go, writer.go) and every query (query.go) are written once in
 // ClickHouse SQL with {name:Type} placeholders and run over either
 //
 //   - the embedded chDB engine (package chdb), the default, or
@@ -173,28 +173,8 @@ func (s *Store) Close() error { return s.t.close() }
 // Config returns the store's configuration with defaults applied.
 func (s *Store) Config() Config { return s.cfg }
 
-// Row is one stored version of an event.
-type Row struct {
-	// Seq is the stream sequence: the version and resourceVersion.
-	Seq uint64
-	// Subject is the stream subject the event was published to.
-	Subject string
-	// Event is the event; its columns are taken from it.
-	Event *eventgatev1.Event
-	// StoredAt is when the stream stored the message.
-	StoredAt time.Time
-	// Raw, when set, is the event's encoding as published (event.Marshal)
-	// and is stored as is; otherwise Event is encoded with event.Marshal.
-	Raw []byte
-	// WriteReason is why the intake wrote this version (the
-	// Eventgate-Write-Reason header), "" when unknown.
-	WriteReason string
-	// Minutes are the occurrences this version adds per minute of log time
-	// (the Eventgate-Series-Minutes header): deltas since the uid's previous
-	// write. Nil when the message carried none. Analytics spreads a series'
-	// occurrences over them (see analytics.go).
-	Minutes []SeriesMinute
-}
+// Row is one stored version of an event, as Insert takes it.
+type Row = event.Stored
 
 var zeroTime = time.Unix(0, 0).UTC()
 

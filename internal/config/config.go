@@ -19,6 +19,7 @@ import (
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/ingest"
 	"github.com/eventgate/eventgate/internal/intake"
 	"github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/k8sapi"
@@ -58,7 +59,7 @@ type Config struct {
 	// ClickHouse says where events are kept for queries.
 	ClickHouse clickhouse.Config `yaml:"clickhouse"`
 	// Ingest tunes the JetStream→ClickHouse consumer.
-	Ingest clickhouse.IngestConfig `yaml:"ingest"`
+	Ingest ingest.Config `yaml:"ingest"`
 	// ReadyMaxIngestLag: the gateway is not ready while the oldest event not
 	// yet in ClickHouse is older than this.
 	ReadyMaxIngestLag time.Duration `yaml:"readyMaxIngestLag"`
@@ -77,7 +78,7 @@ type Config struct {
 	// MemoryLimitMiB is the soft memory limit of the Go heap (GOMEMLIMIT),
 	// under which the collector works harder instead of growing: 0 means a
 	// quarter of the memory available (the cgroup's limit, else the
-	// machine's; the embedded chDB needs its own), -1 none. The environment
+	// machine's; the embedded chDB needs its own), at most 512 MiB; -1 none. The environment
 	// variable GOMEMLIMIT overrides it.
 	MemoryLimitMiB int64 `yaml:"memoryLimitMiB"`
 	// ShutdownTimeout bounds a graceful shutdown.
@@ -252,7 +253,8 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.DurationVar(&c.Intake.Series.FlushInterval, "series-flush-interval", c.Intake.Series.FlushInterval, "an ongoing series' stored event is refreshed at most this often (default 30s)")
 	fs.DurationVar(&c.Intake.Series.Heartbeat, "series-heartbeat", c.Intake.Series.Heartbeat, "an ongoing series is rewritten at least this often (default 5m)")
 	fs.DurationVar(&c.Intake.Series.FinishAfter, "series-finish-after", c.Intake.Series.FinishAfter, "a series with no occurrence for this long is finished (default 6m)")
-	fs.IntVar(&c.Intake.Series.MaxActive, "series-max-active", c.Intake.Series.MaxActive, "most keys tracked at once per partition (default 100000)")
+	fs.Int64Var(&c.Intake.Series.MaxBytes, "series-max-bytes", c.Intake.Series.MaxBytes, "memory budget of the keys tracked per partition: singletons (about 200 bytes each), series, recent events (default 8 MiB)")
+	fs.IntVar(&c.Intake.Series.MaxActive, "series-max-active", c.Intake.Series.MaxActive, "also cap the keys tracked per partition at this count (default: no cap but the memory budget)")
 	fs.StringVar(&c.Auth.TokensFile, "auth-tokens-file", c.Auth.TokensFile, "YAML file of principals, their grants and hashed bearer tokens")
 	fs.StringVar(&c.Auth.JWT.KeysFile, "auth-jwt-keys-file", c.Auth.JWT.KeysFile, "JWKS file of keys that sign accepted JWTs")
 	fs.StringVar(&c.Auth.JWT.KeysURL, "auth-jwt-keys-url", c.Auth.JWT.KeysURL, "https URL of a JWKS of keys that sign accepted JWTs")
@@ -277,7 +279,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest request accepted, in bytes")
 	fs.IntVar(&c.WatchBuffer, "watch-buffer", c.WatchBuffer, "events queued per watcher before it is ended as too slow")
 	fs.IntVar(&c.GCPercent, "gc-percent", c.GCPercent, "garbage collector target (GOGC) of the binary; the GOGC variable overrides it")
-	fs.Int64Var(&c.MemoryLimitMiB, "memory-limit-mib", c.MemoryLimitMiB, "soft Go memory limit in MiB (GOMEMLIMIT); 0: a quarter of the memory available, -1: none; the GOMEMLIMIT variable overrides it")
+	fs.Int64Var(&c.MemoryLimitMiB, "memory-limit-mib", c.MemoryLimitMiB, "soft Go memory limit in MiB (GOMEMLIMIT); 0: a quarter of the memory available, at most 512; -1: none; the GOMEMLIMIT variable overrides it")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on graceful shutdown")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")

@@ -23,6 +23,7 @@ import (
 	"github.com/eventgate/eventgate/internal/event"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/natstest"
+	"github.com/eventgate/eventgate/internal/watch"
 )
 
 // BenchmarkFanoutFloor takes BenchmarkWatchFanout apart: the same 1,000
@@ -59,7 +60,7 @@ func BenchmarkFanoutFloor(b *testing.B) {
 	if _, err := ejs.EnsureStream(ctx, js, cfg); err != nil {
 		b.Fatal(err)
 	}
-	hub, err := ejs.StartHub(ctx, js, cfg.Stream, slog.New(slog.DiscardHandler), nil)
+	hub, err := watch.Start(ctx, js, cfg.Stream, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -230,10 +231,10 @@ func BenchmarkFanoutFloor(b *testing.B) {
 			add := rec()
 			go func() {
 				defer wg.Done()
-				_ = hub.Watch(wctx, ejs.WatchOptions{
+				_ = hub.Watch(wctx, event.WatchOptions{
 					Subjects: []string{"events.project.bench.Pod.ns-" + strconv.Itoa(i) + ".*"},
 					Buffer:   4096, Ready: ready.Done,
-				}, func(it ejs.Item) error {
+				}, func(it event.WatchItem) error {
 					add(time.Since(it.Event.EventTime.AsTime()))
 					return nil
 				})
@@ -276,7 +277,7 @@ type floorPhase struct {
 // channel per namespace: nothing but the feed and gRPC.
 type floorServer struct {
 	eventgatev1.UnimplementedEventServiceServer
-	hub    *ejs.Hub
+	hub    *watch.Hub
 	direct map[string]chan *eventgatev1.Event
 	ready  *sync.WaitGroup
 }
@@ -297,10 +298,10 @@ func (f *floorServer) StreamWatch(req *eventgatev1.StreamWatchRequest, s grpc.Se
 			}
 		}
 	}
-	return f.hub.Watch(s.Context(), ejs.WatchOptions{
+	return f.hub.Watch(s.Context(), event.WatchOptions{
 		Subjects: []string{"events.project.bench.Pod." + req.Namespace + ".*"},
 		Buffer:   4096, Ready: ready,
-	}, func(it ejs.Item) error {
+	}, func(it event.WatchItem) error {
 		return s.Send(&eventgatev1.StreamWatchResponse{Type: "ADDED", Object: it.Event})
 	})
 }

@@ -43,10 +43,12 @@ import (
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/ingest"
 	"github.com/eventgate/eventgate/internal/intake"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/service"
 	"github.com/eventgate/eventgate/internal/telemetry"
+	"github.com/eventgate/eventgate/internal/watch"
 )
 
 // Version is the gateway's version, set at build time.
@@ -73,10 +75,10 @@ type Gateway struct {
 	ns  *server.Server // embedded NATS, nil with an external one
 	nc  *nats.Conn
 	js  jetstream.JetStream
-	hub *ejs.Hub
+	hub *watch.Hub
 
 	store  *clickhouse.Store
-	ingest *clickhouse.Ingester
+	ingest *ingest.Consumer
 	intake *intake.Intake
 
 	tp       trace.TracerProvider
@@ -151,7 +153,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	if _, err := ejs.EnsureStream(sctx, g.js, cfg.NATS); err != nil {
 		return nil, err
 	}
-	g.hub, err = ejs.StartHub(sctx, g.js, cfg.NATS.Stream, log, ejs.NewHubMetrics(g.registry))
+	g.hub, err = watch.Start(sctx, g.js, cfg.NATS.Stream, log, watch.NewMetrics(g.registry))
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +169,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// Not ctx: it ends at the signal to stop, and would abort the batch in
 	// hand (its deliveries would come back only after the ack wait). Close
 	// stops ingest gracefully, within ShutdownTimeout.
-	if g.ingest, err = clickhouse.StartIngest(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, g.store, cfg.Ingest, log, g.registry); err != nil {
+	w, err := g.store.NewWriter()
+	if err != nil {
+		return nil, err
+	}
+	if g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, w, cfg.Ingest, log, g.registry); err != nil {
 		return nil, err
 	}
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -211,4 +212,61 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// restDo sends method url with body (none when empty) and returns the status
+// code, the Allow header and the decoded JSON body (nil when not JSON).
+func restDo(t *testing.T, method, url, contentType string, body io.Reader) (int, string, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	// Bounded: a watch that opens instead of failing must not hang the test.
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return resp.StatusCode, resp.Header.Get("Allow"), m
+}
+
+// violationFields are the fields of a REST error body's google.rpc.BadRequest.
+func violationFields(m map[string]any) []string {
+	var fields []string
+	details, _ := m["details"].([]any)
+	for _, d := range details {
+		dm, _ := d.(map[string]any)
+		vs, _ := dm["fieldViolations"].([]any)
+		for _, v := range vs {
+			vm, _ := v.(map[string]any)
+			if f, ok := vm["field"].(string); ok {
+				fields = append(fields, f)
+			}
+		}
+	}
+	return fields
+}
+
+// emitBulk emits n events of kind Job named prefix0, prefix1, … in batches
+// of 500, each with a 1 KB note: more than a client's flow-control windows
+// hold, so that a watcher that does not read blocks its sends.
+func emitBulk(t *testing.T, tg *testGateway, reason, prefix string, n int) {
+	t.Helper()
+	note := strings.Repeat("x", 1000)
+	for i := 0; i < n; i += 500 {
+		var evs []*eventgatev1.Event
+		for j := i; j < min(i+500, n); j++ {
+			e := testEvent(reason, "Job", "ns", fmt.Sprintf("%s%d", prefix, j))
+			e.Note = note
+			evs = append(evs, e)
+		}
+		emit(t, tg.client, evs...)
+	}
 }

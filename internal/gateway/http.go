@@ -32,9 +32,10 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/gen/openapiv2"
 	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/console"
 	"github.com/eventgate/eventgate/internal/correlator"
+	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/k8sapi"
-	"github.com/eventgate/eventgate/internal/service"
 	"github.com/eventgate/eventgate/internal/telemetry"
 	"github.com/eventgate/eventgate/internal/webhook"
 )
@@ -204,6 +205,7 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	k8sapi.Register(mux, k8sapi.Options{Conn: g.proxy, Auth: g.auth, Config: g.cfg.K8s, Correlate: coreCorrelator(g.cfg), Log: g.log})
+	console.Register(mux)
 	mux.Handle("/", headAsGet(queryFreeEmit(gw)))
 	h := withCORS(limitBody(validURL(mux), int64(g.cfg.MaxRequestBytes)), g.cfg.CORSAllowedOrigins)
 	return otelhttp.NewHandler(h, "eventgate.rest", otelhttp.WithTracerProvider(g.tp), otelhttp.WithPropagators(telemetry.Propagator)), nil
@@ -435,7 +437,7 @@ func watchHandler(gw *runtime.ServeMux, client eventgatev1.EventServiceClient) h
 			return
 		}
 		md, err := stream.Header()
-		if err != nil || len(md.Get(service.WatchEstablishedHeader)) == 0 {
+		if err != nil || len(md.Get(event.WatchEstablishedHeader)) == 0 {
 			// The watch failed before it started: its status is the response.
 			if _, rerr := stream.Recv(); rerr != nil {
 				err = rerr

@@ -32,13 +32,24 @@ func TuneRuntime(cfg config.Config, log *slog.Logger) {
 	}
 	limit := cfg.MemoryLimitMiB << 20
 	if limit == 0 {
-		limit = availableMemory() / 4
+		limit = defaultMemoryLimit(availableMemory())
 	}
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
 		log.Debug("go memory limit", "bytes", limit, "gcPercent", cfg.GCPercent)
 	}
 }
+
+// maxDefaultLimit caps the default memory limit: the gateway's live heap
+// at its default budgets (tracked series keys at most 128 MiB, the
+// embedded NATS server's caches, the ingest's batches) stays well under
+// it, and GOGC 400 would otherwise let the heap grow to five times the
+// live heap, for the machine to find out.
+const maxDefaultLimit = 512 << 20
+
+// defaultMemoryLimit is the memory limit for avail bytes of memory: a
+// quarter of it, at most maxDefaultLimit.
+func defaultMemoryLimit(avail int64) int64 { return min(avail/4, maxDefaultLimit) }
 
 // availableMemory is the cgroup's memory limit, else the machine's memory;
 // 0 when neither can be read.

@@ -11,7 +11,8 @@ import (
 )
 
 // TestTuneRuntime: the binary's collector target and memory limit come from
-// the configuration (a quarter of the memory available by default) unless GOGC or
+// the configuration (a quarter of the memory available, at most 512 MiB, by
+// default) unless GOGC or
 // GOMEMLIMIT set them.
 func TestTuneRuntime(t *testing.T) {
 	for _, v := range []string{"GOGC", "GOMEMLIMIT"} {
@@ -32,17 +33,17 @@ func TestTuneRuntime(t *testing.T) {
 	}
 	if avail := availableMemory(); avail <= 0 {
 		t.Errorf("available memory %d", avail)
-	} else if got := debug.SetMemoryLimit(math.MaxInt64); got != avail/4 {
-		t.Errorf("memory limit %d, want a quarter of %d", got, avail)
+	} else if got, want := debug.SetMemoryLimit(math.MaxInt64), min(avail/4, 512<<20); got != want {
+		t.Errorf("memory limit %d, want a quarter of %d, at most 512 MiB", got, avail)
 	}
 
-	cfg.GCPercent, cfg.MemoryLimitMiB = 250, 512
+	cfg.GCPercent, cfg.MemoryLimitMiB = 250, 1024
 	TuneRuntime(cfg, log)
 	if got := debug.SetGCPercent(100); got != 250 {
 		t.Errorf("GOGC %d, want 250", got)
 	}
-	if got := debug.SetMemoryLimit(math.MaxInt64); got != 512<<20 {
-		t.Errorf("memory limit %d, want 512 MiB", got)
+	if got := debug.SetMemoryLimit(math.MaxInt64); got != 1024<<20 {
+		t.Errorf("memory limit %d, want 1024 MiB", got)
 	}
 
 	t.Setenv("GOGC", "100")

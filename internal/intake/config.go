@@ -155,6 +155,15 @@ func (c Config) Validate() error {
 	if c.MaxAge > 0 && c.MaxAge < 10*(c.CheckpointInterval+c.PinnedTTL) {
 		bad("maxAge (%v) must be well above checkpointInterval + pinnedTTL (at least 10x)", c.MaxAge)
 	}
+	window := c.Series.Window
+	if window == 0 {
+		window = series.DefaultWindow
+	}
+	if c.MaxAge > 0 && c.MaxAge < window+10*(c.CheckpointInterval+c.PinnedTTL) {
+		// A tracked singleton's event is read back from the log when a
+		// second occurrence starts its series.
+		bad("maxAge (%v) must exceed the series window (%v) plus a takeover", c.MaxAge, window)
+	}
 	if c.Duplicates > c.MaxAge {
 		bad("duplicates (%v) must not exceed maxAge (%v)", c.Duplicates, c.MaxAge)
 	}

@@ -20,6 +20,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/series"
 )
 
@@ -42,25 +43,8 @@ var (
 	ErrStopped = errors.New("intake stopped")
 )
 
-// Result says what became of one submitted occurrence.
-type Result struct {
-	// Outcome: CREATED, SERIES_STARTED, SERIES_COUNTED, DUPLICATE (a retry
-	// of a message id logged before: logged once, decided for the first
-	// Submit), or EMIT_OUTCOME_UNSPECIFIED when the occurrence is durable in
-	// the intake log but its owner's decision did not arrive within
-	// DecisionTimeout. It will be aggregated all the same.
-	Outcome eventgatev1.EmitOutcome
-	// UID of the stored event the occurrence is part of: its own for
-	// CREATED, the series' for SERIES_STARTED and SERIES_COUNTED; the
-	// occurrence's own uid otherwise.
-	UID string
-	// SeriesUID is the series' uid for SERIES_STARTED and SERIES_COUNTED.
-	SeriesUID string
-	// ResourceVersion is the events stream sequence of the write the
-	// occurrence caused (CREATED, SERIES_STARTED); 0 when it was only
-	// counted or is undecided.
-	ResourceVersion uint64
-}
+// Result says what became of one submitted occurrence (event.Emitted).
+type Result = event.Emitted
 
 // Stats are the intake's counters: gauges over the partitions this replica
 // owns now, counters since Start (entries replayed after a takeover are
@@ -71,6 +55,8 @@ type Stats struct {
 	// still start one.
 	ActiveSeries int
 	TrackedKeys  int
+	// TrackedBytes: the memory the tracked keys account for.
+	TrackedBytes int64
 	// Occurrences aggregated (duplicates excluded).
 	Occurrences uint64
 	// Folded: occurrences counted into a series without a write of their
@@ -78,8 +64,11 @@ type Stats struct {
 	Folded uint64
 	// Duplicates: log entries an owner skipped as already folded.
 	Duplicates uint64
-	// EvictedSingletons: singletons forgotten early at the series cap.
+	// EvictedSingletons: singletons forgotten early at the memory budget.
 	EvictedSingletons uint64
+	// FirstReads: first occurrences read back from the log to start a
+	// series.
+	FirstReads uint64
 	// Writes to the events stream by the aggregation, by reason;
 	// ClientWrites: events stored as their emitter aggregated them.
 	Writes       [series.NumReasons]uint64
@@ -112,6 +101,7 @@ type Intake struct {
 	cfg   Config
 	nc    *nats.Conn
 	js    jetstream.JetStream
+	pub   *ejs.Publisher // the events stream's
 	log   *slog.Logger
 	m     *metrics
 	store *store
@@ -210,6 +200,7 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		cfg:        cfg,
 		nc:         nc,
 		js:         js,
+		pub:        ejs.NewPublisher(js, cfg.EventsStream),
 		log:        log,
 		m:          newMetrics(reg),
 		store:      &store{kv: kv, js: js, bucket: cfg.Bucket, chunkSize: chunk},
@@ -319,6 +310,7 @@ func (in *Intake) Stats() Stats {
 		}
 		s.ActiveSeries += int(pt.nseries.Load())
 		s.TrackedKeys += int(pt.nkeys.Load())
+		s.TrackedBytes += pt.nbytes.Load()
 	}
 	return s
 }
@@ -463,13 +455,24 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 		propagator.Inject(ctx, propagation.HeaderCarrier(m.Header))
 		return m
 	}
+	// Encoded first, so that each batch's data is allocated once, at the
+	// size of what goes into it.
+	datas := make([][]byte, len(evs))
+	parts := make([]int, len(evs))
+	left := make(map[int]int) // partition → bytes of its batched occurrences not yet placed
 	for i, ev := range evs {
 		data, err := event.Marshal(ev)
 		if err != nil {
 			forget()
 			return nil, fmt.Errorf("submit: events[%d]: %w", i, err)
 		}
-		p := in.Partition(ev)
+		datas[i], parts[i] = data, in.Partition(ev)
+		if msgIDs == nil || msgIDs[i] == "" {
+			left[parts[i]] += len(data) + binary.MaxVarintLen32
+		}
+	}
+	for i := range evs {
+		data, p := datas[i], parts[i]
 		if msgIDs != nil && msgIDs[i] != "" {
 			m := newMsg(p)
 			m.Data = data
@@ -488,12 +491,16 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 		if !ok {
 			j = len(entries)
 			open[p] = j
-			entries = append(entries, pending{m: newMsg(p), batched: true})
+			m := newMsg(p)
+			m.Data = make([]byte, 0, min(left[p], in.batchBytes+len(data)+binary.MaxVarintLen32))
+			entries = append(entries, pending{m: m, batched: true})
 		}
+		left[p] -= len(data) + binary.MaxVarintLen32
 		e := &entries[j]
 		e.m.Data = protowire.AppendBytes(e.m.Data, data)
 		e.idxs = append(e.idxs, i)
 	}
+	start := time.Now()
 	futs := make([]jetstream.PubAckFuture, len(entries))
 	for k := range entries {
 		e := &entries[k]
@@ -512,13 +519,13 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 	}
 	return func() ([]Result, error) {
 		defer forget()
-		return in.await(ctx, c, evs, msgIDs, futs, firsts)
+		return in.await(ctx, c, evs, msgIDs, futs, firsts, start)
 	}, nil
 }
 
 // await waits for the acknowledgements futs of a call's entries (firsts[k]:
 // the first occurrence of entry k), then for the call's decisions.
-func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, msgIDs []string, futs []jetstream.PubAckFuture, firsts []int) ([]Result, error) {
+func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, msgIDs []string, futs []jetstream.PubAckFuture, firsts []int, start time.Time) ([]Result, error) {
 	for k, f := range futs {
 		select {
 		case ack := <-f.Ok():
@@ -533,10 +540,13 @@ func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, 
 			return nil, fmt.Errorf("%w: %w", ErrNotDurable, ctx.Err())
 		}
 	}
+	logged := time.Now()
+	in.m.stage.WithLabelValues("log").Observe(logged.Sub(start).Seconds())
 	t := time.NewTimer(in.cfg.DecisionTimeout)
 	defer t.Stop()
 	select {
 	case <-c.done:
+		in.m.stage.WithLabelValues("decide").Observe(time.Since(logged).Seconds())
 	case <-t.C:
 	case <-ctx.Done():
 	case <-in.stopped:
@@ -599,9 +609,23 @@ func (in *Intake) duplicate(ctx context.Context, c *call, ev *eventgatev1.Event,
 }
 
 // onDecisions delivers an owner's decisions to the Submit waiting for them.
-func (in *Intake) onDecisions(m *nats.Msg) {
-	i := strings.LastIndexByte(m.Subject, '.')
-	id, err := strconv.ParseUint(m.Subject[i+1:], 36, 64)
+func (in *Intake) onDecisions(m *nats.Msg) { in.decide(m.Subject, m.Data) }
+
+// deliverLocal delivers decisions for a Submit of this replica in process,
+// without the round trip through the server; false when reply is another
+// replica's.
+func (in *Intake) deliverLocal(reply string, data []byte) bool {
+	if len(reply) <= len(in.inbox) || reply[len(in.inbox)] != '.' || reply[:len(in.inbox)] != in.inbox {
+		return false
+	}
+	in.decide(reply, data)
+	return true
+}
+
+// decide hands the decisions data, sent to reply, to its Submit.
+func (in *Intake) decide(reply string, data []byte) {
+	i := strings.LastIndexByte(reply, '.')
+	id, err := strconv.ParseUint(reply[i+1:], 36, 64)
 	if err != nil {
 		return
 	}
@@ -611,7 +635,7 @@ func (in *Intake) onDecisions(m *nats.Msg) {
 	if c == nil {
 		return // a replayed decision, or the Submit gave up
 	}
-	if err := parseDecisions(m.Data, func(d decision) {
+	if err := parseDecisions(data, func(d decision) {
 		r := Result{UID: d.uid, ResourceVersion: d.rv}
 		switch d.outcome {
 		case series.Created:
@@ -627,6 +651,6 @@ func (in *Intake) onDecisions(m *nats.Msg) {
 		}
 		c.set(int(d.index), r)
 	}); err != nil {
-		in.log.Warn("malformed decisions", "subject", m.Subject, "err", err)
+		in.log.Warn("malformed decisions", "subject", reply, "err", err)
 	}
 }

@@ -18,11 +18,15 @@ type metrics struct {
 	saved       prometheus.Counter
 	writes      *prometheus.CounterVec
 	evicted     prometheus.Counter
+	bytes       prometheus.Gauge
+	reads       prometheus.Counter
+	collisions  prometheus.Counter
 	takeovers   prometheus.Counter
 	resyncs     *prometheus.CounterVec
 	ticks       prometheus.Counter
 	checkpoint  prometheus.Histogram
 	submitted   *prometheus.CounterVec
+	stage       *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,12 +38,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		folded:      prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_folded_total", Help: "Occurrences counted into an ongoing series without a write of their own."}),
 		saved:       prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_writes_saved_total", Help: "Writes to the events stream saved by series aggregation."}),
 		writes:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_series_writes_total", Help: "Writes to the events stream by the aggregation, by reason."}, []string{"reason"}),
-		evicted:     prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_evicted_singletons_total", Help: "Singletons forgotten early at the active-series cap (stored; a recurrence starts a new singleton)."}),
+		evicted:     prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_evicted_singletons_total", Help: "Singletons forgotten early at the series memory budget (stored; a recurrence starts a new singleton)."}),
+		bytes:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "eventgate_series_tracked_bytes", Help: "Memory the tracked series keys account for in the partitions this replica owns (the budget is --series-max-bytes per partition)."}),
+		reads:       prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_first_occurrence_reads_total", Help: "First occurrences read back from the intake log to start a series (no longer in the ring of recent ones)."}),
+		collisions:  prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_key_hash_collisions_total", Help: "Tracked singletons forgotten because another key had the same 128-bit hash."}),
 		takeovers:   prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_takeovers_total", Help: "Partitions this replica took over (restored from their checkpoint)."}),
 		resyncs:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_series_resyncs_total", Help: "Times an owner rewound its partition's consumer or restored its checkpoint, by cause."}, []string{"cause"}),
 		ticks:       prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_ticks_total", Help: "Tick entries this replica put in the intake log."}),
 		checkpoint:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eventgate_series_checkpoint_duration_seconds", Help: "Time to checkpoint a partition: wait for its writes, store its snapshot.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
-		submitted:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_intake_submitted_total", Help: "Occurrences submitted through this replica, by result."}, []string{"outcome"}),
+		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "eventgate_intake_stage_seconds",
+			Help:    "Where a Submit's time goes: log (its intake entries acknowledged), consumer (entry logged to folded by its owner), write (folded to its events write acknowledged), decide (entries acknowledged to every decision received).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}, []string{"stage"}),
+		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_intake_submitted_total", Help: "Occurrences submitted through this replica, by result."}, []string{"outcome"}),
 	}
 	for r := series.Reason(0); r < series.NumReasons; r++ {
 		m.writes.WithLabelValues(r.String())
@@ -47,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.writes.WithLabelValues(ReasonClient)
 	if reg != nil {
 		reg.MustRegister(m.active, m.tracked, m.owned, m.occurrences, m.folded, m.saved, m.writes, m.evicted,
-			m.takeovers, m.resyncs, m.ticks, m.checkpoint, m.submitted)
+			m.bytes, m.reads, m.collisions, m.takeovers, m.resyncs, m.ticks, m.checkpoint, m.submitted, m.stage)
 	}
 	return m
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // pipeline carries one ownership epoch's publishes to the events stream and
@@ -15,8 +16,11 @@ import (
 // write it depends on is acknowledged, batched per Submit.
 type pipeline struct {
 	nc    *nats.Conn
-	items chan item
-	done  chan struct{}
+	local func(reply string, data []byte) bool
+	// written observes the time from a write's issue to its acknowledgement.
+	written prometheus.Observer
+	items   chan item
+	done    chan struct{}
 
 	issued uint64 // publishes handed over; the owner's goroutine only
 
@@ -30,6 +34,7 @@ type pipeline struct {
 // that depends on the publish).
 type item struct {
 	fut    jetstream.PubAckFuture
+	at     time.Time // when the write was issued
 	reply  string
 	dec    decision
 	hasDec bool
@@ -42,9 +47,13 @@ const futureTimeout = 30 * time.Second
 // maxDecisionBytes bounds one decisions message.
 const maxDecisionBytes = 32 << 10
 
-func newPipeline(nc *nats.Conn) *pipeline {
+// newPipeline starts a pipeline; local delivers the decisions of this
+// replica's own Submits in process (false: not one of them).
+func newPipeline(nc *nats.Conn, local func(reply string, data []byte) bool, written prometheus.Observer) *pipeline {
 	p := &pipeline{
 		nc:       nc,
+		local:    local,
+		written:  written,
 		items:    make(chan item, 4096),
 		done:     make(chan struct{}),
 		progress: make(chan struct{}),
@@ -57,6 +66,7 @@ func newPipeline(nc *nats.Conn) *pipeline {
 func (p *pipeline) add(it item) {
 	if it.fut != nil {
 		p.issued++
+		it.at = time.Now()
 	}
 	p.items <- it
 }
@@ -103,7 +113,7 @@ func (p *pipeline) run() {
 	defer close(p.done)
 	groups := make(map[string][]byte)
 	flush := func(reply string) {
-		if b := groups[reply]; len(b) > 0 {
+		if b := groups[reply]; len(b) > 0 && (p.local == nil || !p.local(reply, b)) {
 			// At most once: a lost decision leaves the Submit undecided.
 			_ = p.nc.Publish(reply, b)
 		}
@@ -152,6 +162,9 @@ func (p *pipeline) run() {
 				t.Stop()
 			}
 			p.settle(err)
+			if p.written != nil && err == nil {
+				p.written.Observe(time.Since(it.at).Seconds())
+			}
 			if err != nil {
 				it.hasDec = false // the write is not stored: no decision
 			} else {

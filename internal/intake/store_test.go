@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -280,24 +280,14 @@ func FuzzParseDecisions(f *testing.F) {
 	})
 }
 
-func TestFormatMinutesDecodesWithWire(t *testing.T) {
+func TestWriteMinutesKeepEveryCount(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	ms := []series.MinuteCount{{Start: t0, Count: 3}, {Start: t0.Add(2 * time.Minute), Count: 1}}
-	s := FormatMinutes(ms)
-	m0 := t0.Unix() / 60
-	if want := itoa(m0) + "=3," + itoa(m0+2) + "=1"; s != want {
-		t.Fatalf("FormatMinutes = %q, want %q", s, want)
+	ms := []series.MinuteCount{{Start: t0, Count: 3}, {Start: t0.Add(2 * time.Minute), Count: math.MaxInt32}}
+	want := []wire.Minute{{Start: t0, Count: 3}, {Start: t0.Add(2 * time.Minute), Count: math.MaxInt32}}
+	if diff := cmp.Diff(want, wireMinutes(ms)); diff != "" {
+		t.Errorf("wireMinutes (-want +got):\n%s", diff)
 	}
-	got, err := wire.ParseMinutes(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]wire.Minute{{Start: t0, Count: 3}, {Start: t0.Add(2 * time.Minute), Count: 1}}, got); diff != "" {
-		t.Errorf("FormatMinutes does not decode back (-want +got):\n%s", diff)
-	}
-	if FormatMinutes(nil) != "" {
-		t.Error("no minutes should format empty")
+	if wireMinutes(nil) != nil {
+		t.Error("no minutes should convert to none")
 	}
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

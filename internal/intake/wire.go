@@ -45,14 +45,16 @@ const (
 	pinHeader = "Nats-Pin-Id"
 )
 
-// FormatMinutes encodes ms for HeaderSeriesMinutes (wire.FormatMinutes);
-// "" for none.
-func FormatMinutes(ms []series.MinuteCount) string {
+// wireMinutes is a write's minutes as the events stream carries them.
+func wireMinutes(ms []series.MinuteCount) []wire.Minute {
+	if len(ms) == 0 {
+		return nil
+	}
 	out := make([]wire.Minute, len(ms))
 	for i, m := range ms {
 		out[i] = wire.Minute{Start: m.Start, Count: uint32(m.Count)}
 	}
-	return wire.FormatMinutes(out)
+	return out
 }
 
 // decision is what an owner tells the Submit that logged an entry.

@@ -1,7 +1,6 @@
 // Package jetstream connects eventgate to NATS JetStream: it starts the
 // embedded server when no external one is configured, keeps the events stream
-// in shape, publishes events and serves live watches from one feed per
-// gateway.
+// in shape and publishes events; package watch serves live watches from it.
 package jetstream
 
 import (

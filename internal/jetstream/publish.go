@@ -6,10 +6,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 )
 
-// Publisher publishes batches of messages to the events stream and waits for
-// every acknowledgement.
+// Publisher is the one writer of the events stream: it turns a wire.Write
+// into its message (subject, message id, write reason, series minutes,
+// trace context) and publishes it asynchronously.
 type Publisher struct {
 	js     jetstream.JetStream
 	stream string
@@ -20,21 +25,67 @@ func NewPublisher(js jetstream.JetStream, stream string) *Publisher {
 	return &Publisher{js: js, stream: stream}
 }
 
-// Publish sends msgs asynchronously and returns their acknowledgements in
-// order once all are durable. On error some messages may have been stored;
-// a retry with the same message ids is deduplicated by the stream.
-func (p *Publisher) Publish(ctx context.Context, msgs []*nats.Msg) ([]*jetstream.PubAck, error) {
-	wait, err := p.Start(msgs)
-	if err != nil {
-		return nil, err
+var traceContext = propagation.TraceContext{}
+
+// Msg is w's message.
+func Msg(w wire.Write) (*nats.Msg, error) {
+	data := w.Data
+	if data == nil {
+		var err error
+		if data, err = event.Marshal(w.Event); err != nil {
+			return nil, err
+		}
 	}
-	return wait(ctx)
+	m := nats.NewMsg(event.SubjectOf(w.Event))
+	m.Data = data
+	if w.ID != "" {
+		m.Header.Set(jetstream.MsgIDHeader, w.ID)
+	}
+	if w.Reason != "" {
+		m.Header.Set(wire.HeaderWriteReason, w.Reason)
+	}
+	if len(w.Minutes) > 0 {
+		m.Header.Set(wire.HeaderSeriesMinutes, wire.FormatMinutes(w.Minutes))
+	}
+	if w.Trace != nil {
+		traceContext.Inject(w.Trace, propagation.HeaderCarrier(m.Header))
+	}
+	return m, nil
 }
 
-// Start is Publish in two halves: Start sends msgs, so that the messages of
-// calls started one after another are stored in that order; wait, called
-// once, returns their acknowledgements as Publish does.
-func (p *Publisher) Start(msgs []*nats.Msg) (wait func(context.Context) ([]*jetstream.PubAck, error), err error) {
+// Async publishes w and returns the future of its acknowledgement.
+func (p *Publisher) Async(w wire.Write) (jetstream.PubAckFuture, error) {
+	m, err := Msg(w)
+	if err != nil {
+		return nil, fmt.Errorf("publish write %s: %w", w.ID, err)
+	}
+	f, err := p.js.PublishMsgAsync(m, jetstream.WithExpectStream(p.stream))
+	if err != nil {
+		return nil, fmt.Errorf("publish write %s: %w", w.ID, err)
+	}
+	return f, nil
+}
+
+// Start publishes ws, after those of every Start before it; wait, called
+// once, returns their acknowledgements in order once all are durable. On an
+// error some writes may have been stored: a retry with the same ids is
+// deduplicated by the stream.
+func (p *Publisher) Start(ws []wire.Write) (wait func(context.Context) ([]wire.Ack, error), err error) {
+	futures := make([]jetstream.PubAckFuture, len(ws))
+	for i, w := range ws {
+		if futures[i], err = p.Async(w); err != nil {
+			return nil, err
+		}
+	}
+	return func(ctx context.Context) ([]wire.Ack, error) {
+		return awaitAll(ctx, futures)
+	}, nil
+}
+
+// Publish publishes ready-made messages and waits for their
+// acknowledgements: for tests and tools that write the stream as another
+// writer would.
+func (p *Publisher) Publish(ctx context.Context, msgs []*nats.Msg) ([]wire.Ack, error) {
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		f, err := p.js.PublishMsgAsync(m, jetstream.WithExpectStream(p.stream))
@@ -43,18 +94,20 @@ func (p *Publisher) Start(msgs []*nats.Msg) (wait func(context.Context) ([]*jets
 		}
 		futures[i] = f
 	}
-	return func(ctx context.Context) ([]*jetstream.PubAck, error) {
-		acks := make([]*jetstream.PubAck, len(msgs))
-		for i, f := range futures {
-			select {
-			case ack := <-f.Ok():
-				acks[i] = ack
-			case err := <-f.Err():
-				return nil, fmt.Errorf("publish %s: %w", msgs[i].Subject, err)
-			case <-ctx.Done():
-				return nil, fmt.Errorf("publish: %w", ctx.Err())
-			}
+	return awaitAll(ctx, futures)
+}
+
+func awaitAll(ctx context.Context, futures []jetstream.PubAckFuture) ([]wire.Ack, error) {
+	acks := make([]wire.Ack, len(futures))
+	for i, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			acks[i] = wire.Ack{Sequence: ack.Sequence, Duplicate: ack.Duplicate}
+		case err := <-f.Err():
+			return nil, fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("publish: %w", ctx.Err())
 		}
-		return acks, nil
-	}, nil
+	}
+	return acks, nil
 }

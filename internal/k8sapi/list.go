@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/k8sevent"
 )
 
 // Bounds of a listing.
@@ -331,14 +332,14 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 	if rq.gv == coreV1 {
 		out := &corev1.EventList{TypeMeta: metav1.TypeMeta{Kind: "EventList", APIVersion: "v1"}, ListMeta: meta, Items: []corev1.Event{}}
 		for _, ev := range l.events {
-			out.Items = append(out.Items, *toCoreV1(ev))
+			out.Items = append(out.Items, *k8sevent.ToCoreV1(ev))
 		}
 		writeJSON(w, http.StatusOK, "", out)
 		return
 	}
 	out := &eventsv1.EventList{TypeMeta: metav1.TypeMeta{Kind: "EventList", APIVersion: eventsV1.apiVersion}, ListMeta: meta, Items: []eventsv1.Event{}}
 	for _, ev := range l.events {
-		out.Items = append(out.Items, *toEventsV1(ev))
+		out.Items = append(out.Items, *k8sevent.ToEventsV1(ev))
 	}
 	writeJSON(w, http.StatusOK, "", out)
 }

@@ -12,6 +12,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/k8sapi/eventtable"
+	"github.com/eventgate/eventgate/internal/k8sevent"
 )
 
 const tableContentType = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -44,7 +45,7 @@ func eventRow(ev *eventgatev1.Event, now time.Time, include string, gvObj func(*
 	default:
 		row.Object = runtime.RawExtension{Object: &metav1.PartialObjectMetadata{
 			TypeMeta:   metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"},
-			ObjectMeta: objectMeta(ev),
+			ObjectMeta: k8sevent.ObjectMeta(ev),
 		}}
 	}
 	return row

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/service"
+	"github.com/eventgate/eventgate/internal/event"
 )
 
 // watchEvent is a Kubernetes watch event on the wire.
@@ -102,7 +102,7 @@ func (a *API) watch(ctx context.Context, w http.ResponseWriter, r *http.Request,
 	stream, err := a.client.StreamWatch(ctx, req)
 	if err == nil {
 		md, herr := stream.Header()
-		if herr != nil || len(md.Get(service.WatchEstablishedHeader)) == 0 {
+		if herr != nil || len(md.Get(event.WatchEstablishedHeader)) == 0 {
 			err = herr
 			if _, rerr := stream.Recv(); rerr != nil {
 				err = rerr
@@ -128,7 +128,7 @@ func (a *API) watch(ctx context.Context, w http.ResponseWriter, r *http.Request,
 	w.WriteHeader(http.StatusOK)
 	_ = ww.rc.Flush()
 	for _, ev := range init {
-		if ww.send(service.WatchAdded, ev) != nil {
+		if ww.send(event.WatchAdded, ev) != nil {
 			return
 		}
 	}
@@ -154,7 +154,7 @@ func (a *API) watch(ctx context.Context, w http.ResponseWriter, r *http.Request,
 			}
 			return
 		}
-		if resp.GetType() == service.WatchBookmark {
+		if resp.GetType() == event.WatchBookmark {
 			if o.bookmarks && ww.bookmark(resp.GetObject().GetResourceVersion(), false) != nil {
 				return
 			}
@@ -215,7 +215,7 @@ func (ww *watchWriter) bookmark(rv string, initialEnd bool) error {
 	default:
 		obj = &eventsv1.Event{TypeMeta: metav1.TypeMeta{Kind: "Event", APIVersion: eventsV1.apiVersion}, ObjectMeta: meta}
 	}
-	return ww.write(watchEvent{Type: service.WatchBookmark, Object: obj})
+	return ww.write(watchEvent{Type: event.WatchBookmark, Object: obj})
 }
 
 func (ww *watchWriter) errorEvent(st *statusError) {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/k8sevent"
 )
 
 // uidNamespace scopes the uids of events created through the Kubernetes API.
@@ -84,9 +86,9 @@ func decodeObject(gv groupVersion, body []byte, ct string) (*eventgatev1.Event, 
 	}
 	switch e := e.(type) {
 	case *corev1.Event:
-		return fromCoreV1(e), e.ObjectMeta, nil
+		return k8sevent.FromCoreV1(e), e.ObjectMeta, nil
 	case *eventsv1.Event:
-		return FromEventsV1(e), e.ObjectMeta, nil
+		return k8sevent.FromEventsV1(e), e.ObjectMeta, nil
 	}
 	return nil, metav1.ObjectMeta{}, badRequest("the body is not an Event")
 }
@@ -181,7 +183,7 @@ func (a *API) create(ctx context.Context, w http.ResponseWriter, r *http.Request
 		ev.Name = meta.GenerateName + randomSuffix()
 	}
 	if ev.EventTime == nil {
-		ev.EventTime = pbTime(a.now())
+		ev.EventTime = timestamppb.New(a.now())
 	}
 	// Kubernetes clients count their own series (client-go's recorders
 	// patch the event they created), as kube-apiserver expects: a create is
@@ -279,7 +281,7 @@ func (a *API) writeUpdate(ctx context.Context, w http.ResponseWriter, rq request
 		next.Uid = uidFor(rq.tenant, rq.namespace, rq.name)
 	}
 	if next.EventTime == nil {
-		next.EventTime = pbTime(a.now())
+		next.EventTime = timestamppb.New(a.now())
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(next)
 	if err != nil {

@@ -1,15 +1,14 @@
 package series
 
 import (
-	"bytes"
 	"container/heap"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -150,10 +149,18 @@ type Stats struct {
 	Folded uint64
 	// Duplicates: redelivered log entries ignored.
 	Duplicates uint64
-	// EvictedSingletons: singletons forgotten early at MaxActive (nothing is
-	// lost: they are stored; a later isomorphic event is a new singleton).
-	// Series finished early at MaxActive are Writes[ReasonEvicted].
+	// Bytes is the memory the tracked keys account for (a gauge; see
+	// Config.MaxBytes).
+	Bytes int64
+	// EvictedSingletons: singletons forgotten early to stay within the
+	// budget (nothing is lost: they are stored; a later isomorphic event is
+	// a new singleton). Series finished early are Writes[ReasonEvicted].
 	EvictedSingletons uint64
+	// Reads: first occurrences read back from the log (see Reader).
+	Reads uint64
+	// Collisions: tracked singletons forgotten because a different key had
+	// the same 128-bit hash.
+	Collisions uint64
 	// Writes emitted, by reason.
 	Writes [NumReasons]uint64
 }
@@ -167,40 +174,53 @@ func (s Stats) TotalWrites() uint64 {
 	return n
 }
 
+// Reader reads the log: the encoding of the occurrence at position pos, as
+// it was passed to ObserveEncoded (for Observe, any encoding of the event).
+// The aggregator reads a singleton's first occurrence back when a second
+// one starts a series, unless it still holds its encoding. It must return
+// the same bytes for a position every time, for as long as a singleton may
+// be tracked (Window after its log time, plus a takeover).
+type Reader func(pos uint64) ([]byte, error)
+
+// ErrNoReader is returned by Observe when a singleton's first occurrence
+// is no longer held and the aggregator has no Reader.
+var ErrNoReader = errors.New("series: first occurrence not held and no log reader")
+
 // Aggregator folds one partition's occurrences into series. It is not safe
 // for concurrent use: one goroutine feeds it the partition's log in order.
 type Aggregator struct {
 	cfg                              Config
 	window, flush, heartbeat, finish int64 // nanoseconds
-	entries                          map[string]*entry
+	read                             Reader
+	entries                          map[string]*entry // ongoing series
+	single                           singles
 	timers                           timers
-	singles                          list // singletons, oldest first
 	series                           list // ongoing series, least recently observed first
+	seriesBytes                      int64
 	pos                              uint64
 	clock                            int64 // latest log time seen, unix ns
-	buf                              []byte
+	buf, tmp                         []byte
 	stats                            Stats
-	// Incremental checkpoints (see Checkpoint): live singletons per
-	// segment, and positions of singletons taken out of a segment since.
-	segLive map[uint64]int
+	// Incremental checkpoints (see Checkpoint): singletons at or after
+	// unckpt are in no segment yet; segs counts the live singletons of
+	// each segment, by ID, ascending; removed holds the positions of
+	// segment singletons gone out of order since.
+	unckpt  uint64
+	segs    []segLive
 	removed []uint64
 }
 
-type kind uint8
+type segLive struct {
+	id uint64
+	n  int
+}
 
-const (
-	singleton kind = iota
-	ongoing
-)
-
-// entry is one tracked key.
+// entry is one ongoing series.
 type entry struct {
 	key       string
 	uid       string
-	ev        *eventgatev1.Event // first occurrence, as passed to Observe; never modified; nil while raw holds it
-	raw       []byte             // a singleton's first occurrence, encoded (see ObserveEncoded)
-	note      string             // latest occurrence's note (a singleton held in raw: none)
-	kind      kind
+	ev        *eventgatev1.Event // first occurrence, series cleared; never modified
+	note      string             // latest occurrence's note
 	count     int32
 	last      int64    // log time of the latest occurrence
 	lastWrite int64    // log time of the latest write
@@ -208,9 +228,9 @@ type entry struct {
 	pending   []minute // occurrences not yet written, ascending by minute
 	due       int64    // heap key: never later than dueOf(e)
 	pos       uint64   // log position of the first occurrence
-	seg       uint64   // a singleton's checkpoint segment; 0 until checkpointed
-	idx       int      // index in Aggregator.timers, -1 if not there (singletons)
-	prev      *entry   // in Aggregator.singles or .series
+	bytes     int64    // estimated memory, for the budget
+	idx       int      // index in Aggregator.timers, -1 if not there
+	prev      *entry   // in Aggregator.series
 	next      *entry
 }
 
@@ -232,10 +252,18 @@ func New(cfg Config) (*Aggregator, error) {
 		heartbeat: int64(cfg.Heartbeat),
 		finish:    int64(cfg.FinishAfter),
 		entries:   make(map[string]*entry),
+		single:    newSingles(int(cfg.MaxBytes / recentShare)),
 		clock:     math.MinInt64,
-		segLive:   make(map[uint64]int),
+		unckpt:    1,
 	}, nil
 }
+
+// recentShare: the ring of recent encodings takes 1/recentShare of the
+// memory budget.
+const recentShare = 8
+
+// SetReader sets the reader of first occurrences that are no longer held.
+func (a *Aggregator) SetReader(r Reader) { a.read = r }
 
 // Config returns the configuration in use, defaults filled in.
 func (a *Aggregator) Config() Config { return a.cfg }
@@ -255,45 +283,72 @@ func (a *Aggregator) Position() uint64 { return a.pos }
 // not modify it afterwards. ev.Series is ignored (the aggregator owns it);
 // events that arrive already aggregated by their emitter should bypass the
 // aggregator.
-func (a *Aggregator) Observe(ev *eventgatev1.Event, at time.Time, pos uint64) Decision {
+//
+// An error means a singleton's first occurrence could not be read back
+// (see Reader); nothing was decided and Position did not move: the entry
+// may be observed again.
+func (a *Aggregator) Observe(ev *eventgatev1.Event, at time.Time, pos uint64) (Decision, error) {
 	return a.observe(ev, nil, at, pos)
 }
 
 // ObserveEncoded is Observe of ev whose deterministic protobuf encoding is
-// raw (as the durable log holds it). For a singleton the aggregator keeps a
-// copy of raw, not ev (far lighter for the garbage collector, and written
-// as it is in checkpoints), and a Created write carries ev itself with Raw
-// = raw: the caller must modify neither until it has published the write.
-func (a *Aggregator) ObserveEncoded(ev *eventgatev1.Event, raw []byte, at time.Time, pos uint64) Decision {
+// raw (as the durable log holds it). A Created write carries ev itself with
+// Raw = raw: the caller must modify neither until it has published the
+// write.
+func (a *Aggregator) ObserveEncoded(ev *eventgatev1.Event, raw []byte, at time.Time, pos uint64) (Decision, error) {
 	return a.observe(ev, raw, at, pos)
 }
 
-func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, pos uint64) Decision {
+func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, pos uint64) (Decision, error) {
 	if ev == nil {
 		panic("series: Observe of a nil event")
 	}
 	if pos <= a.pos {
 		a.stats.Duplicates++
-		return Decision{Outcome: Duplicate}
+		return Decision{Outcome: Duplicate}, nil
 	}
-	t := a.advance(at, pos)
-	ws := a.runDue(t, nil)
-	a.stats.Occurrences++
-
+	// Singletons whose window closed by now are forgotten first (which
+	// writes nothing, and a retry of this entry would do again), so that
+	// a tracked one is within Window, and its first occurrence is read,
+	// the one step that may fail, before anything else changes.
+	t := a.logTime(at)
+	a.expireSingles(t)
 	a.buf = appendKey(a.buf[:0], ev)
+	var first *eventgatev1.Event
+	var h hash128
+	if a.entries[string(a.buf)] == nil {
+		h = hashKey(a.buf)
+		if s, ok := a.single.byHash[h]; ok {
+			f, err := a.firstOccurrence(s)
+			if err != nil {
+				return Decision{}, err
+			}
+			if a.tmp = appendKey(a.tmp[:0], f); string(a.tmp) == string(a.buf) {
+				first = f
+			} else {
+				a.dropSingle(h, s.pos)
+				a.stats.Collisions++
+			}
+		}
+	}
+
+	a.advance(at, pos)
+	ws := a.runTimers(t, nil)
+	a.stats.Occurrences++
 	e := a.entries[string(a.buf)]
 	switch {
-	case e == nil:
-	case e.kind == singleton:
-		// Still tracked, so within Window: expired singletons were just
-		// forgotten by runDue. It joins the timers.
-		a.dropSingle(e)
-		a.series.pushBack(e)
-		e.kind = ongoing
+	case e == nil && first != nil:
+		// Still tracked, so within Window: its series starts.
+		s := a.single.byHash[h]
+		a.dropSingle(h, s.pos)
+		e = a.track(string(a.buf), first, s.pos)
 		e.count = 2
+		e.seq = 1 // its Created write
 		e.fold(ev, t)
 		ws = append(ws, a.write(e, ReasonStarted, t))
-		return Decision{Outcome: SeriesStarted, UID: e.uid, Writes: ws}
+		ws = a.fitBudget(t, ws, e)
+		return Decision{Outcome: SeriesStarted, UID: e.uid, Writes: ws}, nil
+	case e == nil:
 	case e.count == math.MaxInt32:
 		// The stored count cannot grow: close this series, start anew.
 		ws = append(ws, a.write(e, ReasonFinished, t))
@@ -309,30 +364,69 @@ func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, po
 			a.reschedule(e)
 		}
 		a.stats.Folded++
-		return Decision{Outcome: Counted, UID: e.uid, Writes: ws}
+		return Decision{Outcome: Counted, UID: e.uid, Writes: ws}, nil
 	}
 
-	for len(a.entries) >= a.cfg.MaxActive {
-		ws = a.evict(t, ws)
+	// A new singleton: stored as it is, and tracked by its key's hash.
+	if h == (hash128{}) {
+		h = hashKey(a.buf)
 	}
-	e = &entry{kind: singleton, count: 1, last: t, idx: -1, pos: pos}
+	ws = a.fitBudget(t, ws, nil)
 	var w Write
 	if raw != nil && ev.Series == nil {
-		// The occurrence is the write, as it is. Its note is in raw: a
-		// series takes the next occurrence's anyway.
-		e.keep(a.buf, raw, ev.GetUid())
-		w = a.emit(e, ReasonCreated, t, ev, raw)
+		// The occurrence is the write, as it is.
+		w = Write{Key: Key{string(a.buf)}, Reason: ReasonCreated, Seq: 1, Event: ev, Raw: raw}
 	} else {
-		e.key, e.uid, e.ev, e.note = string(a.buf), ev.GetUid(), ev, ev.GetNote()
-		w = a.write(e, ReasonCreated, t)
+		c := proto.Clone(ev).(*eventgatev1.Event)
+		c.Series = nil
+		w = Write{Key: Key{string(a.buf)}, Reason: ReasonCreated, Seq: 1, Event: c}
+		if raw == nil {
+			raw, _ = proto.MarshalOptions{Deterministic: true}.Marshal(c)
+		}
 	}
+	a.stats.Writes[ReasonCreated]++
 	// Its one occurrence: a singleton keeps no pending minutes.
 	w.Minutes = []MinuteCount{{Start: time.Unix(minuteOf(t)*60, 0).UTC(), Count: 1}}
 	ws = append(ws, w)
-	a.entries[e.key] = e
-	a.singles.pushBack(e)
-	return Decision{Outcome: Created, UID: e.uid, Writes: ws}
+	a.single.add(h, tenantOf(ev), t, pos, raw)
+	return Decision{Outcome: Created, UID: ev.GetUid(), Writes: ws}, nil
 }
+
+// firstOccurrence returns singleton s's first occurrence, series cleared.
+func (a *Aggregator) firstOccurrence(s single) (*eventgatev1.Event, error) {
+	raw, ok := a.single.recent.get(s.off, s.n)
+	if !ok {
+		if a.read == nil {
+			return nil, fmt.Errorf("%w (position %d)", ErrNoReader, s.pos)
+		}
+		var err error
+		if raw, err = a.read(s.pos); err != nil {
+			return nil, fmt.Errorf("series: read first occurrence at %d: %w", s.pos, err)
+		}
+		a.stats.Reads++
+	}
+	ev := new(eventgatev1.Event)
+	if err := proto.Unmarshal(raw, ev); err != nil {
+		return nil, fmt.Errorf("series: first occurrence at %d does not decode: %w", s.pos, err)
+	}
+	ev.Series = nil
+	return ev, nil
+}
+
+// track adds an ongoing series of key, first occurrence first at log
+// position pos, to the indexes (its timer is set by its first write).
+func (a *Aggregator) track(key string, first *eventgatev1.Event, pos uint64) *entry {
+	e := &entry{key: key, uid: first.GetUid(), ev: first, note: first.GetNote(), pos: pos, idx: -1}
+	e.bytes = int64(entryBytes + 2*len(key) + 3*proto.Size(first))
+	a.entries[key] = e
+	a.series.pushBack(e)
+	a.seriesBytes += e.bytes
+	return e
+}
+
+// entryBytes estimates an ongoing series' memory besides its key and
+// event: the entry, its map slot, its timer and its pending minutes.
+const entryBytes = 256
 
 // Tick advances the log clock to at, the log timestamp of a tick entry at
 // position pos (an entry that carries no occurrence), and returns the writes
@@ -343,7 +437,10 @@ func (a *Aggregator) Tick(at time.Time, pos uint64) []Write {
 		a.stats.Duplicates++
 		return nil
 	}
-	return a.runDue(a.advance(at, pos), nil)
+	t := a.logTime(at)
+	a.expireSingles(t)
+	a.advance(at, pos)
+	return a.runTimers(t, nil)
 }
 
 // NextDue is the log time at which the next write (flush, heartbeat or
@@ -366,21 +463,23 @@ func (a *Aggregator) NextDue() (time.Time, bool) {
 // Stats returns the counters.
 func (a *Aggregator) Stats() Stats {
 	s := a.stats
-	s.Keys = len(a.entries)
+	s.Keys = len(a.entries) + a.single.live()
 	s.Series = a.series.n
+	s.Bytes = a.bytes()
 	return s
 }
 
-// advance moves the log clock and position to an entry's and returns the
-// entry's log time, never earlier than one seen before.
-func (a *Aggregator) advance(at time.Time, pos uint64) int64 {
+// bytes is the memory the tracked keys account for (see Config.MaxBytes).
+func (a *Aggregator) bytes() int64 { return a.single.bytes() + a.seriesBytes }
+
+// logTime is the log time of an entry stamped at: never earlier than one
+// seen before.
+func (a *Aggregator) logTime(at time.Time) int64 { return max(at.UnixNano(), a.clock) }
+
+// advance moves the log clock and position to an entry's.
+func (a *Aggregator) advance(at time.Time, pos uint64) {
 	a.pos = pos
-	t := at.UnixNano()
-	if t < a.clock {
-		t = a.clock
-	}
-	a.clock = t
-	return t
+	a.clock = a.logTime(at)
 }
 
 // dueOf is the log time at which series e needs its next write.
@@ -392,17 +491,28 @@ func (a *Aggregator) dueOf(e *entry) int64 {
 	return min(d, e.lastWrite+a.heartbeat)
 }
 
-// runDue forgets the singletons whose window closed before t and handles
-// every series due at or before t, appending writes to ws. The writes of one
-// call are sorted by key, so that their order does not depend on the heap's
-// history: a restored aggregator emits the same sequence.
-func (a *Aggregator) runDue(t int64, ws []Write) []Write {
-	// Singletons are in log-time order (the clock never goes back); a gap of
-	// exactly Window still starts a series. They are stored: forgetting them
-	// writes nothing.
-	for e := a.singles.head; e != nil && t > e.last+a.window; e = a.singles.head {
-		a.forget(e)
+// expireSingles forgets the singletons whose window closed before t. They
+// are in log-time order (the clock never goes back); a gap of exactly
+// Window still starts a series. They are stored: forgetting them writes
+// nothing.
+func (a *Aggregator) expireSingles(t int64) {
+	for a.single.n > 0 {
+		r := a.single.at(0)
+		if t <= r.last+a.window {
+			return
+		}
+		if a.single.isLive(r) {
+			a.dropSingle(r.h, r.pos)
+		}
+		a.single.pop()
 	}
+}
+
+// runTimers handles every series due at or before t, appending writes to
+// ws. The writes of one call are sorted by key, so that their order does
+// not depend on the heap's history: a restored aggregator emits the same
+// sequence.
+func (a *Aggregator) runTimers(t int64, ws []Write) []Write {
 	start := len(ws)
 	for len(a.timers) > 0 {
 		e := a.timers[0]
@@ -430,19 +540,38 @@ func (a *Aggregator) runDue(t int64, ws []Write) []Write {
 	return ws
 }
 
-// evict makes room for one key: the oldest singleton is forgotten (it is
-// stored; nothing is lost), or, when every tracked key is a series, the least
-// recently observed series is finished with its exact count.
-func (a *Aggregator) evict(t int64, ws []Write) []Write {
-	if e := a.singles.head; e != nil {
-		a.forget(e)
-		a.stats.EvictedSingletons++
-		return ws
+// fitBudget makes room, before a new singleton is tracked (keep == nil) or
+// after series keep started: while the tracked keys exceed MaxBytes (or
+// MaxActive), the oldest singleton of the tenant that tracks the most is
+// forgotten (it is stored; nothing is lost), or, when there is none, the
+// least recently observed series other than keep is finished with its
+// exact count.
+func (a *Aggregator) fitBudget(t int64, ws []Write, keep *entry) []Write {
+	next := int64(0)
+	if keep == nil {
+		next = singleBytes + ringRecBytes
 	}
-	e := a.series.head
-	ws = append(ws, a.write(e, ReasonEvicted, t))
-	a.forget(e)
-	return ws
+	for {
+		keys := len(a.entries) + a.single.live()
+		over := a.bytes()+next > a.cfg.MaxBytes
+		if keep == nil && a.cfg.MaxActive > 0 && keys >= a.cfg.MaxActive {
+			over = true
+		}
+		if !over {
+			return ws
+		}
+		if r, ok := a.single.evictable(); ok {
+			a.dropSingle(r.h, r.pos)
+			a.stats.EvictedSingletons++
+			continue
+		}
+		e := a.series.head
+		if e == nil || e == keep {
+			return ws
+		}
+		ws = append(ws, a.write(e, ReasonEvicted, t))
+		a.forget(e)
+	}
 }
 
 // fold records one more occurrence of e's key (count already updated).
@@ -470,31 +599,22 @@ func (e *entry) addMinute(t int64) {
 	e.pending = append(e.pending, minute{m: m, n: 1})
 }
 
-// write emits e's current state at log time t and reschedules e.
+// write emits series e's current state at log time t and reschedules e.
 func (a *Aggregator) write(e *entry, r Reason, t int64) Write {
-	ev := proto.Clone(e.first()).(*eventgatev1.Event)
+	ev := proto.Clone(e.ev).(*eventgatev1.Event)
 	ev.Note = e.note
-	ev.Series = nil
-	if e.kind == ongoing {
-		state := StateOngoing
-		if r == ReasonFinished || r == ReasonEvicted {
-			state = StateFinished
-		}
-		ev.Series = &eventgatev1.EventSeries{
-			Count: e.count,
-			// Kubernetes' MicroTime: microsecond precision.
-			LastObservedTime: timestamppb.New(time.Unix(0, e.last).UTC().Truncate(time.Microsecond)),
-			State:            state,
-		}
+	state := StateOngoing
+	if r == ReasonFinished || r == ReasonEvicted {
+		state = StateFinished
 	}
-	return a.emit(e, r, t, ev, nil)
-}
-
-// emit emits ev (encoded raw, if not nil) as e's next write at log time t
-// and reschedules e.
-func (a *Aggregator) emit(e *entry, r Reason, t int64, ev *eventgatev1.Event, raw []byte) Write {
+	ev.Series = &eventgatev1.EventSeries{
+		Count: e.count,
+		// Kubernetes' MicroTime: microsecond precision.
+		LastObservedTime: timestamppb.New(time.Unix(0, e.last).UTC().Truncate(time.Microsecond)),
+		State:            state,
+	}
 	e.seq++
-	w := Write{Key: Key{e.key}, Reason: r, Seq: e.seq, Event: ev, Raw: raw}
+	w := Write{Key: Key{e.key}, Reason: r, Seq: e.seq, Event: ev}
 	if len(e.pending) > 0 {
 		w.Minutes = make([]MinuteCount, len(e.pending))
 		for i, p := range e.pending {
@@ -504,51 +624,12 @@ func (a *Aggregator) emit(e *entry, r Reason, t int64, ev *eventgatev1.Event, ra
 	}
 	e.lastWrite = t
 	a.stats.Writes[r]++
-	if e.kind == ongoing {
-		a.reschedule(e)
-	}
+	a.reschedule(e)
 	return w
-}
-
-// keep makes singleton e hold its key and its first occurrence's encoding
-// raw (of uid) in one allocation without pointers, which the collector
-// need not scan: key and uid are read-only views of it. A tracked singleton
-// then costs two objects (this and the entry), not five: with hundreds of
-// thousands tracked, marking them was the collector's main work.
-func (e *entry) keep(key, raw []byte, uid string) {
-	b := make([]byte, len(key)+len(raw))
-	copy(b, key)
-	copy(b[len(key):], raw)
-	e.key = unsafe.String(unsafe.SliceData(b), len(key))
-	e.raw = b[len(key):len(b):len(b)]
-	e.uid = uid
-	// The uid's bytes are in the encoding (a protobuf string field is its
-	// bytes as they are).
-	if i := bytes.Index(e.raw, []byte(uid)); i >= 0 && uid != "" {
-		e.uid = unsafe.String(&e.raw[i], len(uid))
-	}
-}
-
-// first returns e's first occurrence, decoding it if e holds it encoded
-// (from then on e holds it decoded: it is becoming a series).
-func (e *entry) first() *eventgatev1.Event {
-	if e.ev == nil {
-		ev := new(eventgatev1.Event)
-		if err := proto.Unmarshal(e.raw, ev); err != nil {
-			// raw is what Observe was given as ev's encoding, or what a
-			// restore already decoded once.
-			panic("series: a singleton's encoded event does not decode: " + err.Error())
-		}
-		e.ev, e.raw = ev, nil
-	}
-	return e.ev
 }
 
 // encode appends the encoding of e's first occurrence to b.
 func (e *entry) encode(b []byte) ([]byte, error) {
-	if e.raw != nil {
-		return append(b, e.raw...), nil
-	}
 	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, e.ev)
 	if err != nil {
 		return nil, fmt.Errorf("series: encode event %s: %w", e.uid, err)
@@ -566,17 +647,14 @@ func (a *Aggregator) reschedule(e *entry) {
 	heap.Fix(&a.timers, e.idx)
 }
 
-// forget stops tracking e.
+// forget stops tracking series e.
 func (a *Aggregator) forget(e *entry) {
 	delete(a.entries, e.key)
 	if e.idx >= 0 {
 		heap.Remove(&a.timers, e.idx)
 	}
-	if e.kind == singleton {
-		a.dropSingle(e)
-	} else {
-		a.series.remove(e)
-	}
+	a.series.remove(e)
+	a.seriesBytes -= e.bytes
 }
 
 // timers is a min-heap of ongoing series by due.

@@ -23,6 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		{"flush equals heartbeat", Config{FlushInterval: time.Minute, Heartbeat: time.Minute}, true},
 		{"negative window", Config{Window: -1}, false},
 		{"negative max active", Config{MaxActive: -1}, false},
+		{"budget below 64 KiB", Config{MaxBytes: 1 << 10}, false},
 		{"flush above heartbeat", Config{FlushInterval: 10 * time.Minute}, false},
 		{"heartbeat equals finish", Config{Heartbeat: 6 * time.Minute}, false},
 		{"heartbeat above finish", Config{FinishAfter: time.Minute}, false},
@@ -41,7 +42,7 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	a := mustNew(t, Config{})
-	want := Config{Window: DefaultWindow, FlushInterval: DefaultFlushInterval, Heartbeat: DefaultHeartbeat, FinishAfter: DefaultFinishAfter, MaxActive: DefaultMaxActive}
+	want := Config{Window: DefaultWindow, FlushInterval: DefaultFlushInterval, Heartbeat: DefaultHeartbeat, FinishAfter: DefaultFinishAfter, MaxBytes: DefaultMaxBytes}
 	if diff := cmp.Diff(want, a.Config()); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}
@@ -181,7 +182,12 @@ func TestLifecycle(t *testing.T) {
 	want.Writes[ReasonFlush] = 2
 	want.Writes[ReasonHeartbeat] = 1
 	want.Writes[ReasonFinished] = 1
-	if diff := cmp.Diff(want, a.Stats()); diff != "" {
+	got := a.Stats()
+	if got.Bytes <= 0 || got.Bytes > DefaultMaxBytes {
+		t.Errorf("Stats.Bytes = %d, want the budget's use", got.Bytes)
+	}
+	got.Bytes = 0
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Stats (-want +got):\n%s", diff)
 	}
 	if got := want.TotalWrites(); got != 7 {
@@ -209,7 +215,7 @@ func TestWindowEdges(t *testing.T) {
 			a := mustNew(t, Config{Window: w})
 			l := newLog()
 			at, pos := l.next(0)
-			a.Observe(mkEvent("u1"), at, pos)
+			must(a.Observe(mkEvent("u1"), at, pos))
 			if tc.tickAt > 0 {
 				at, pos := l.next(tc.tickAt)
 				if ws := a.Tick(at, pos); len(ws) != 0 {
@@ -218,7 +224,7 @@ func TestWindowEdges(t *testing.T) {
 				l.now = t0 // the occurrence's gap is measured from the first
 			}
 			at, pos = l.next(tc.gap)
-			d := a.Observe(mkEvent("u2"), at, pos)
+			d := must(a.Observe(mkEvent("u2"), at, pos))
 			if d.Outcome != tc.want {
 				t.Fatalf("Outcome = %v, want %v", d.Outcome, tc.want)
 			}
@@ -252,10 +258,10 @@ func TestFinishEdges(t *testing.T) {
 			l := newLog()
 			for _, uid := range []string{"u1", "u2"} {
 				at, pos := l.next(time.Second)
-				a.Observe(mkEvent(uid), at, pos)
+				must(a.Observe(mkEvent(uid), at, pos))
 			}
 			at, pos := l.next(tc.gap)
-			d := a.Observe(mkEvent("u3"), at, pos)
+			d := must(a.Observe(mkEvent("u3"), at, pos))
 			if d.Outcome != tc.out {
 				t.Errorf("Outcome = %v, want %v", d.Outcome, tc.out)
 			}
@@ -284,7 +290,7 @@ func TestFlushAtMostEveryInterval(t *testing.T) {
 	total := 0
 	for i := range 600 { // one a second for 10 minutes
 		at, pos := l.next(time.Second)
-		d := a.Observe(mkEvent("u"+string(rune('a'+i%26))), at, pos)
+		d := must(a.Observe(mkEvent("u"+string(rune('a'+i%26))), at, pos))
 		total++
 		for _, w := range d.Writes {
 			if w.Reason == ReasonFlush {
@@ -313,7 +319,7 @@ func TestMinutesSumToCount(t *testing.T) {
 	// Irregular bursts over 5 minutes.
 	for i := range 500 {
 		at, pos := l.next(time.Duration(i%7) * 100 * time.Millisecond)
-		ws = append(ws, a.Observe(mkEvent("u"), at, pos).Writes...)
+		ws = append(ws, must(a.Observe(mkEvent("u"), at, pos)).Writes...)
 		n++
 	}
 	at, pos := l.next(time.Hour)
@@ -360,7 +366,7 @@ func TestNote(t *testing.T) {
 		if i > 0 {
 			ev = mkEvent("u"+n, withNote(n))
 		}
-		d := a.Observe(ev, at, pos)
+		d := must(a.Observe(ev, at, pos))
 		if i > 0 && d.UID != "u1" {
 			t.Fatalf("note %q changed the key: %v", n, d)
 		}
@@ -399,7 +405,7 @@ func TestKeysNeverMerge(t *testing.T) {
 					mods = append(mods, tc.mod)
 				}
 				at, pos := l.next(time.Second)
-				d := a.Observe(mkEvent(string(rune('a'+i)), mods...), at, pos)
+				d := must(a.Observe(mkEvent(string(rune('a'+i)), mods...), at, pos))
 				want, wantUID := Counted, ""
 				switch i {
 				case 0, 1:
@@ -439,12 +445,12 @@ func TestEventTimeIgnored(t *testing.T) {
 			l := newLog()
 			first := mkEvent("u1")
 			at, pos := l.next(0)
-			a.Observe(first, at, pos)
+			must(a.Observe(first, at, pos))
 			second := mkEvent("u2", func(ev *eventgatev1.Event) {
 				ev.EventTime = timestamppb.New(first.EventTime.AsTime().Add(tc.offset))
 			})
 			at, pos = l.next(tc.gap)
-			d := a.Observe(second, at, pos)
+			d := must(a.Observe(second, at, pos))
 			if d.Outcome != tc.want {
 				t.Fatalf("Outcome = %v, want %v", d.Outcome, tc.want)
 			}
@@ -471,11 +477,11 @@ func TestLogTimeSteppingBack(t *testing.T) {
 	l := newLog()
 	for _, uid := range []string{"u1", "u2", "u3"} {
 		at, pos := l.next(time.Second)
-		a.Observe(mkEvent(uid), at, pos)
+		must(a.Observe(mkEvent(uid), at, pos))
 	}
 	latest := l.now
 	at, pos := l.next(-10 * time.Minute)
-	if d := a.Observe(mkEvent("u4"), at, pos); d.Outcome != Counted {
+	if d := must(a.Observe(mkEvent("u4"), at, pos)); d.Outcome != Counted {
 		t.Fatalf("Outcome = %v, want counted", d.Outcome)
 	}
 	at, pos = l.next(10*time.Minute + time.Second)
@@ -493,7 +499,7 @@ func TestTickSkew(t *testing.T) {
 	l := newLog()
 	for _, uid := range []string{"u1", "u2", "u3"} {
 		at, pos := l.next(time.Second)
-		a.Observe(mkEvent(uid), at, pos)
+		must(a.Observe(mkEvent(uid), at, pos))
 	}
 	due, ok := a.NextDue()
 	if want := t0.Add(2 * time.Second).Add(DefaultFlushInterval); !ok || !due.Equal(want) {
@@ -529,17 +535,17 @@ func TestNextDue(t *testing.T) {
 		return d.Sub(t0)
 	}
 	at, pos := l.next(0)
-	a.Observe(mkEvent("u1"), at, pos)
+	must(a.Observe(mkEvent("u1"), at, pos))
 	if d, ok := a.NextDue(); ok {
 		t.Errorf("singleton: NextDue at %v; a singleton needs no tick", d)
 	}
 	at, pos = l.next(10 * time.Second)
-	a.Observe(mkEvent("u2"), at, pos)
+	must(a.Observe(mkEvent("u2"), at, pos))
 	if got, want := next(), 10*time.Second+2*time.Minute; got != want {
 		t.Errorf("clean series: NextDue at %v, want %v (heartbeat)", got, want)
 	}
 	at, pos = l.next(10 * time.Second)
-	a.Observe(mkEvent("u3"), at, pos)
+	must(a.Observe(mkEvent("u3"), at, pos))
 	if got, want := next(), 40*time.Second; got != want {
 		t.Errorf("dirty series: NextDue at %v, want %v (flush)", got, want)
 	}
@@ -560,16 +566,16 @@ func TestNextDue(t *testing.T) {
 func TestDuplicatePositions(t *testing.T) {
 	a := mustNew(t, Config{})
 	at := t0
-	a.Observe(mkEvent("u1"), at, 5)
+	must(a.Observe(mkEvent("u1"), at, 5))
 	for _, pos := range []uint64{0, 1, 5} {
-		if d := a.Observe(mkEvent("u2"), at, pos); d.Outcome != Duplicate || d.Writes != nil || d.UID != "" {
+		if d := must(a.Observe(mkEvent("u2"), at, pos)); d.Outcome != Duplicate || d.Writes != nil || d.UID != "" {
 			t.Errorf("pos %d: %+v, want a bare Duplicate", pos, d)
 		}
 		if ws := a.Tick(at.Add(time.Hour), pos); ws != nil {
 			t.Errorf("tick at pos %d wrote %v", pos, ws)
 		}
 	}
-	if d := a.Observe(mkEvent("u2"), at, 6); d.Outcome != SeriesStarted {
+	if d := must(a.Observe(mkEvent("u2"), at, 6)); d.Outcome != SeriesStarted {
 		t.Errorf("pos 6: %v, want started", d.Outcome)
 	}
 	if s := a.Stats(); s.Duplicates != 6 || s.Occurrences != 2 || a.Position() != 6 {
@@ -582,16 +588,16 @@ func TestCountLimit(t *testing.T) {
 	l := newLog()
 	for _, uid := range []string{"u1", "u2"} {
 		at, pos := l.next(time.Second)
-		a.Observe(mkEvent(uid), at, pos)
+		must(a.Observe(mkEvent(uid), at, pos))
 	}
 	e := a.entries[KeyOf(mkEvent("x")).s]
 	e.count = math.MaxInt32 - 1
 	at, pos := l.next(time.Second)
-	if d := a.Observe(mkEvent("u3"), at, pos); d.Outcome != Counted {
+	if d := must(a.Observe(mkEvent("u3"), at, pos)); d.Outcome != Counted {
 		t.Fatalf("Outcome = %v", d.Outcome)
 	}
 	at, pos = l.next(time.Second)
-	d := a.Observe(mkEvent("u4"), at, pos)
+	d := must(a.Observe(mkEvent("u4"), at, pos))
 	if d.Outcome != Created || d.UID != "u4" || len(d.Writes) != 2 {
 		t.Fatalf("at the int32 limit: %+v", d)
 	}
@@ -612,7 +618,7 @@ func TestCap(t *testing.T) {
 		t.Helper()
 		e := ev(name)
 		at, pos := l.next(time.Second)
-		d := a.Observe(e, at, pos)
+		d := must(a.Observe(e, at, pos))
 		occurrences[KeyOf(e)]++
 		var got []Reason
 		for _, w := range d.Writes {

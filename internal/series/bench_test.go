@@ -2,8 +2,12 @@ package series
 
 import (
 	"fmt"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 )
@@ -24,35 +28,39 @@ func benchEvents(n int) []*eventgatev1.Event {
 //
 //   - series-100: 100 hot series (the load test); almost every
 //     occurrence is Counted, flushes every 30 s of log time are included.
-//   - series-100k: as many series as MaxActive allows, cycled; every key
+//   - series-100k: 100,000 series (within a budget that holds them), cycled; every key
 //     is touched once a second, so flushes come with 1 in 30 visits.
 //   - new-keys: every occurrence a key that is not tracked (a singleton
 //     written as Created), at the cap, so each one evicts the oldest.
 func BenchmarkObserve(b *testing.B) {
 	for _, bc := range []struct {
-		name string
-		keys int
-		cap  int
-		warm bool
+		name   string
+		keys   int
+		cap    int
+		budget int64
+		warm   bool
 	}{
 		{name: "series-100", keys: 100, warm: true},
-		{name: "series-100k", keys: 100_000, warm: true},
+		{name: "series-100k", keys: 100_000, warm: true, budget: 1 << 30},
 		{name: "new-keys", keys: 200_000, cap: 100_000},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			evs := benchEvents(bc.keys)
-			a, err := New(Config{MaxActive: bc.cap})
+			raws := encodeAll(b, evs)
+			a, err := New(Config{MaxActive: bc.cap, MaxBytes: bc.budget})
 			if err != nil {
 				b.Fatal(err)
 			}
+			// Position p holds evs[(p-1) % len(evs)].
+			a.SetReader(func(pos uint64) ([]byte, error) { return raws[(pos-1)%uint64(len(raws))], nil })
 			at := t0
 			var pos uint64
 			if bc.warm {
-				for range 2 {
+				for k := range 2 {
 					for _, ev := range evs {
 						pos++
 						at = at.Add(10 * time.Microsecond)
-						a.Observe(ev, at, pos)
+						must(a.ObserveEncoded(ev, raws[pos-1-uint64(k)*uint64(len(evs))], at, pos))
 					}
 				}
 			}
@@ -62,11 +70,59 @@ func BenchmarkObserve(b *testing.B) {
 			for i := range b.N {
 				pos++
 				at = at.Add(10 * time.Microsecond)
-				a.Observe(evs[i%len(evs)], at, pos)
+				must(a.ObserveEncoded(evs[i%len(evs)], raws[i%len(evs)], at, pos))
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(a.Stats().TotalWrites()-writes)/float64(b.N), "writes/op")
 		})
+	}
+}
+
+func encodeAll(tb testing.TB, evs []*eventgatev1.Event) [][]byte {
+	raws := make([][]byte, len(evs))
+	for i, ev := range evs {
+		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(ev)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		raws[i] = raw
+	}
+	return raws
+}
+
+// BenchmarkTrackedSingletonBytes reports what a tracked singleton costs:
+// the Go heap in use after a collection, per singleton, once a million
+// distinct events are tracked (the ring of recent encodings excluded: its
+// size is a fixed share of the budget, whatever is tracked), and the
+// estimate the memory budget counts.
+func BenchmarkTrackedSingletonBytes(b *testing.B) {
+	const n = 1_000_000
+	evs := benchEvents(1)
+	raw := encodeAll(b, evs)[0]
+	for b.Loop() {
+		a, err := New(Config{MaxBytes: 1 << 30})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		ev := evs[0]
+		at := t0
+		for i := range n {
+			ev.Regarding.Name = strconv.Itoa(i)
+			at = at.Add(time.Microsecond)
+			must(a.ObserveEncoded(ev, raw, at, uint64(i+1)))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		s := a.Stats()
+		if s.Keys != n {
+			b.Fatalf("%d keys tracked, want %d", s.Keys, n)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc-uint64(len(a.single.recent.buf)))/n, "heap-bytes/singleton")
+		b.ReportMetric(float64(s.Bytes-int64(a.single.recent.max))/n, "budget-bytes/singleton")
+		runtime.KeepAlive(a)
 	}
 }
 
@@ -92,7 +148,7 @@ func BenchmarkSnapshot(b *testing.B) {
 		for range 1 + i%2*2 {
 			pos++
 			at = at.Add(10 * time.Microsecond)
-			a.Observe(ev, at, pos)
+			must(a.Observe(ev, at, pos))
 		}
 	}
 	var size int

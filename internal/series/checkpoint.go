@@ -2,20 +2,21 @@ package series
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
-	"maps"
 	"slices"
+	"sort"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Incremental checkpoints.
 //
-// A Snapshot holds every tracked key, and most of them are singletons that
-// will never change: they only wait, for Window, for an isomorphic
-// occurrence. Writing them all at every checkpoint costs the whole state
-// each time, which at a high rate of distinct events is far more than the
-// events themselves. Checkpoint writes each singleton once instead:
+// Nearly all tracked keys are singletons that will never change: they only
+// wait, for Window, for an isomorphic occurrence. Writing them all at every
+// checkpoint costs the whole state each time. Checkpoint writes each
+// singleton once instead, as a fixed-size record (its key's hash, log time
+// and position: its event is in the log):
 //
 //   - A segment holds the singletons created since the previous
 //     checkpoint, in log order; its ID is the log position of its first one.
@@ -24,35 +25,43 @@ import (
 //     the clock, every ongoing series, the IDs of the segments that still
 //     hold a tracked singleton, and which of their singletons are gone: all
 //     those before Floor (singletons leave in log order when their window
-//     closes or the cap evicts them) and the positions of those that left
+//     closes or the budget evicts them) and the positions of those that left
 //     out of order (they started a series).
 //
-// The head is a snapshot of version 2:
+// The head is a snapshot of version 3:
 //
 //	message Snapshot {
-//	  uint32 version  = 1;  // 2
+//	  uint32 version  = 1;  // 3
 //	  uint64 position = 2;
 //	  sint64 clock    = 3;
 //	  repeated Entry entries = 4;  // ongoing series only, least recently observed first
 //	  uint64 floor    = 5;  // segment singletons before this position are gone
 //	  repeated uint64 removed  = 6 [packed];  // ascending, deltas: singletons gone out of order
 //	  repeated uint64 segments = 7 [packed];  // ascending, deltas: live segment IDs
+//	  bytes singles   = 9;  // Snapshot only: every tracked singleton, in log order
 //	}
 //
 // and a segment is
 //
 //	message Segment {
-//	  uint32 version = 1;  // 2
+//	  uint32 version = 1;  // 3
 //	  uint64 id      = 8;
-//	  repeated Entry entries = 4;  // singletons in log order, each with its position
+//	  bytes singles  = 9;  // records in log order
 //	}
+//
+// where a record of singles is 40 bytes: the key's hash (16), the tenant's
+// (see tenantOf), the log time (unix ns) and the position (8 each, little
+// endian). Version 2 segments,
+// which held each singleton's event, are still read.
 const (
-	checkpointVersion = 2
+	checkpointV2      = 2
+	checkpointVersion = 3
 
 	snapFloor    protowire.Number = 5
 	snapRemoved  protowire.Number = 6
 	snapSegments protowire.Number = 7
 	segID        protowire.Number = 8
+	snapSingles  protowire.Number = 9
 	entPos       protowire.Number = 10
 )
 
@@ -79,48 +88,55 @@ type Checkpoint struct {
 // Checkpoint returns an incremental checkpoint of the aggregator's state,
 // which RestoreCheckpoint turns back into an aggregator that continues
 // exactly where this one stands. Its cost is that of the singletons created
-// since the previous Checkpoint plus the ongoing series, not that of every
-// tracked key. The singletons it puts in the new segment count as
-// persisted from then on: if the checkpoint cannot be persisted, the
-// aggregator must be discarded (restore the previous checkpoint), or the
-// next checkpoint would miss them.
+// since the previous Checkpoint (40 bytes each) plus the ongoing series,
+// not that of every tracked key. The singletons it puts in the new segment
+// count as persisted from then on: if the checkpoint cannot be persisted,
+// the aggregator must be discarded (restore the previous checkpoint), or
+// the next checkpoint would miss them.
 func (a *Aggregator) Checkpoint() (Checkpoint, error) {
 	var cp Checkpoint
 
-	// Singletons not yet in a segment are the newest: a suffix of singles.
-	first := a.singles.tail
-	if first != nil && first.seg != 0 {
-		first = nil
+	// Singletons not yet in a segment are the newest: a suffix of the ring.
+	i := a.single.n
+	for i > 0 && a.single.at(i-1).pos >= a.unckpt {
+		i--
 	}
-	for first != nil && first.prev != nil && first.prev.seg == 0 {
-		first = first.prev
+	var recs []byte
+	var id uint64
+	n := 0
+	for ; i < a.single.n; i++ {
+		if r := a.single.at(i); a.single.isLive(r) {
+			if n == 0 {
+				id = r.pos
+				recs = make([]byte, 0, (a.single.n-i)*singleRecLen)
+			}
+			recs = appendSingleRec(recs, *r)
+			n++
+		}
 	}
-	if first != nil {
-		id := first.pos
-		b := protowire.AppendTag(nil, snapVersion, protowire.VarintType)
-		b = protowire.AppendVarint(b, checkpointVersion)
+	if n > 0 {
+		b := appendHeader(nil, checkpointVersion)
 		b = protowire.AppendTag(b, segID, protowire.VarintType)
 		b = protowire.AppendVarint(b, id)
-		n := 0
-		b, err := appendEntries(b, first, func(e *entry) { e.seg = id; n++ })
-		if err != nil {
-			return Checkpoint{}, err
-		}
-		a.segLive[id] = n
+		b = protowire.AppendTag(b, snapSingles, protowire.BytesType)
+		b = protowire.AppendBytes(b, recs)
+		a.segs = append(a.segs, segLive{id: id, n: n})
 		cp.Segment = &Segment{ID: id, Data: b}
 	}
+	a.unckpt = a.pos + 1
 
 	floor := a.pos + 1
-	if h := a.singles.head; h != nil {
-		floor = h.pos
+	if r, ok := a.single.oldest(); ok {
+		floor = r.pos
 	}
 	slices.Sort(a.removed)
 	a.removed = slices.Compact(a.removed)
 	a.removed = slices.DeleteFunc(a.removed, func(p uint64) bool { return p < floor })
-	cp.Live = slices.Sorted(maps.Keys(a.segLive))
+	for _, s := range a.segs {
+		cp.Live = append(cp.Live, s.id)
+	}
 
-	b := protowire.AppendTag(nil, snapVersion, protowire.VarintType)
-	b = protowire.AppendVarint(b, checkpointVersion)
+	b := appendHeader(nil, checkpointVersion)
 	b = protowire.AppendTag(b, snapPosition, protowire.VarintType)
 	b = protowire.AppendVarint(b, a.pos)
 	b = protowire.AppendTag(b, snapClock, protowire.VarintType)
@@ -129,7 +145,7 @@ func (a *Aggregator) Checkpoint() (Checkpoint, error) {
 	b = protowire.AppendVarint(b, floor)
 	b = appendPackedDeltas(b, snapRemoved, a.removed)
 	b = appendPackedDeltas(b, snapSegments, cp.Live)
-	b, err := appendEntries(b, a.series.head, nil)
+	b, err := appendEntries(b, a.series.head)
 	if err != nil {
 		return Checkpoint{}, err
 	}
@@ -137,22 +153,34 @@ func (a *Aggregator) Checkpoint() (Checkpoint, error) {
 	return cp, nil
 }
 
-// dropSingle stops tracking singleton e as one. Only a singleton that
-// leaves out of log order (not the oldest: it started a series) is noted in
-// removed; the oldest ones leave below the next checkpoint's floor.
-func (a *Aggregator) dropSingle(e *entry) {
-	oldest := a.singles.head == e
-	a.singles.remove(e)
-	if e.seg == 0 {
+func appendHeader(b []byte, version uint64) []byte {
+	b = protowire.AppendTag(b, snapVersion, protowire.VarintType)
+	return protowire.AppendVarint(b, version)
+}
+
+// dropSingle stops tracking the singleton of hash h at position pos. Only
+// a checkpointed singleton that leaves out of log order (not the oldest:
+// it started a series or collided) is noted in removed; the oldest ones
+// leave below the next checkpoint's floor.
+func (a *Aggregator) dropSingle(h hash128, pos uint64) {
+	r, ok := a.single.oldest()
+	oldest := ok && r.pos == pos
+	a.single.remove(h)
+	if pos >= a.unckpt {
 		return
 	}
 	if !oldest {
-		a.removed = append(a.removed, e.pos)
+		a.removed = append(a.removed, pos)
 	}
-	if a.segLive[e.seg]--; a.segLive[e.seg] <= 0 {
-		delete(a.segLive, e.seg)
+	// Segments hold consecutive ranges of positions: the singleton's is
+	// the last one that starts at or before it.
+	i := sort.Search(len(a.segs), func(i int) bool { return a.segs[i].id > pos }) - 1
+	if i < 0 {
+		return
 	}
-	e.seg = 0
+	if a.segs[i].n--; a.segs[i].n <= 0 {
+		a.segs = slices.Delete(a.segs, i, i+1)
+	}
 }
 
 func appendPackedDeltas(b []byte, num protowire.Number, vs []uint64) []byte {
@@ -169,20 +197,21 @@ func appendPackedDeltas(b []byte, num protowire.Number, vs []uint64) []byte {
 	return protowire.AppendBytes(b, p)
 }
 
-// RestoreCheckpoint rebuilds an aggregator from a Checkpoint's head,
-// reading the segments it names with segment. A head written by Snapshot
-// (version 1) is restored as Restore does. cfg should be the config the
-// checkpoint was taken under.
+// RestoreCheckpoint rebuilds an aggregator from a Checkpoint's head (or a
+// Snapshot), reading the segments it names with segment. A head written by
+// an earlier version (1 or 2) is restored too. cfg should be the config the
+// checkpoint was taken under. Set the restored aggregator's Reader: it
+// holds no singleton's event.
 func RestoreCheckpoint(cfg Config, head []byte, segment func(id uint64) ([]byte, error)) (*Aggregator, error) {
 	h, err := parseSnapshot(head)
 	if err != nil {
 		return nil, err
 	}
 	if h.version == snapshotVersion {
-		return Restore(cfg, head)
+		return restoreV1(cfg, h)
 	}
-	if h.version != checkpointVersion {
-		return nil, corrupt("version %d, want %d or %d", h.version, snapshotVersion, checkpointVersion)
+	if h.version != checkpointV2 && h.version != checkpointVersion {
+		return nil, corrupt("version %d, want %d to %d", h.version, snapshotVersion, checkpointVersion)
 	}
 	a, err := New(cfg)
 	if err != nil {
@@ -206,65 +235,127 @@ func RestoreCheckpoint(cfg Config, head []byte, segment func(id uint64) ([]byte,
 		if err != nil {
 			return nil, fmt.Errorf("segment %d: %w", id, err)
 		}
-		if s.version != checkpointVersion || s.id != id {
+		if s.version != checkpointV2 && s.version != checkpointVersion || s.id != id {
 			return nil, corrupt("segment %d: version %d, id %d", id, s.version, s.id)
 		}
-		for i, r := range s.entries {
-			e, err := a.decodeEntry(r)
-			if err != nil {
-				return nil, corrupt("segment %d entry %d: %v", id, i, err)
+		n := 0
+		err = a.eachSingle(s, func(r ringRec, raw []byte) error {
+			if r.pos < id {
+				return errors.New("not a singleton of the segment")
 			}
-			if e.kind != singleton || e.pos < id {
-				return nil, corrupt("segment %d entry %d: not a singleton of the segment", id, i)
+			if r.pos < h.floor {
+				return nil
 			}
-			if e.pos < h.floor {
-				continue
+			if _, gone := slices.BinarySearch(removed, r.pos); gone {
+				return nil
 			}
-			if _, gone := slices.BinarySearch(removed, e.pos); gone {
-				continue
-			}
-			if t := a.singles.tail; t != nil && (t.pos >= e.pos || t.last > e.last) {
-				return nil, corrupt("segment %d entry %d: singletons out of order", id, i)
-			}
-			if err := a.track(e); err != nil {
-				return nil, corrupt("segment %d entry %d: %v", id, i, err)
-			}
-			e.seg = id
-			a.segLive[id]++
-		}
-	}
-	for i, r := range h.entries {
-		e, err := a.decodeEntry(r)
+			n++
+			return a.restoreSingle(r, raw)
+		})
 		if err != nil {
-			return nil, corrupt("entry %d: %v", i, err)
+			return nil, corrupt("segment %d: %v", id, err)
 		}
-		if e.kind != ongoing {
-			return nil, corrupt("entry %d: a singleton in the head", i)
-		}
-		if err := a.track(e); err != nil {
-			return nil, corrupt("entry %d: %v", i, err)
+		if n > 0 {
+			a.segs = append(a.segs, segLive{id: id, n: n})
 		}
 	}
-	heap.Init(&a.timers)
+	a.unckpt = a.pos + 1
+	err = a.eachSingle(h, func(r ringRec, raw []byte) error {
+		if a.unckpt > r.pos {
+			a.unckpt = r.pos // inline singletons are in no segment
+		}
+		return a.restoreSingle(r, raw)
+	})
+	if err != nil {
+		return nil, corrupt("%v", err)
+	}
+	if err := a.restoreSeries(h.entries); err != nil {
+		return nil, err
+	}
 	// The singletons gone from the live segments stay gone in the next
 	// checkpoints.
 	a.removed = removed
 	return a, nil
 }
 
-// track adds a restored entry to the aggregator's indexes (the caller
-// re-initializes the timers' heap once all are in).
-func (a *Aggregator) track(e *entry) error {
-	if _, dup := a.entries[e.key]; dup {
-		return fmt.Errorf("key of uid %s tracked twice", e.uid)
+// eachSingle calls f with each singleton of a parsed head or segment, in
+// order: the records of version 3, or the entries of version 2 (with the
+// event's encoding).
+func (a *Aggregator) eachSingle(p parsed, f func(r ringRec, raw []byte) error) error {
+	if len(p.singles)%singleRecLen != 0 {
+		return errors.New("singles: truncated record")
 	}
-	a.entries[e.key] = e
-	e.idx = -1
-	if e.kind == singleton {
-		a.singles.pushBack(e)
+	for b := p.singles; len(b) > 0; b = b[singleRecLen:] {
+		if err := f(readSingleRec(b), nil); err != nil {
+			return err
+		}
+	}
+	if p.version != checkpointV2 || p.id == 0 {
 		return nil
 	}
-	a.series.pushBack(e)
+	for i, r := range p.entries {
+		d, err := decodeEntry(r)
+		if err != nil {
+			return fmt.Errorf("entry %d: %v", i, err)
+		}
+		if d.ongoing {
+			return fmt.Errorf("entry %d: a series in a segment", i)
+		}
+		if err := f(d.single(), d.raw); err != nil {
+			return fmt.Errorf("entry %d: %v", i, err)
+		}
+	}
+	return nil
+}
+
+// restoreSingle tracks a restored singleton (raw, its event's encoding, if
+// at hand). Singletons must come in log order.
+func (a *Aggregator) restoreSingle(r ringRec, raw []byte) error {
+	if r.last > a.clock || r.pos > a.pos {
+		return errors.New("a singleton after the snapshot's position")
+	}
+	if a.single.n > 0 {
+		if t := a.single.at(a.single.n - 1); t.pos >= r.pos || t.last > r.last {
+			return errors.New("singletons out of order")
+		}
+	}
+	if _, dup := a.single.byHash[r.h]; dup {
+		return fmt.Errorf("singleton at %d tracked twice", r.pos)
+	}
+	a.single.add(r.h, r.tenant, r.last, r.pos, raw)
+	return nil
+}
+
+// restoreSeries tracks the ongoing series of a snapshot's entries.
+func (a *Aggregator) restoreSeries(entries [][]byte) error {
+	for i, r := range entries {
+		d, err := decodeEntry(r)
+		if err != nil {
+			return corrupt("entry %d: %v", i, err)
+		}
+		if !d.ongoing {
+			return corrupt("entry %d: a singleton among the series", i)
+		}
+		if err := a.restoreEntry(d); err != nil {
+			return corrupt("entry %d: %v", i, err)
+		}
+	}
+	heap.Init(&a.timers)
+	return nil
+}
+
+// restoreEntry tracks a restored series (the caller re-initializes the
+// timers' heap once all are in).
+func (a *Aggregator) restoreEntry(d decoded) error {
+	if d.last > a.clock || d.lastWrite > a.clock {
+		return errors.New("times after the snapshot's clock")
+	}
+	key := string(appendKey(nil, d.ev))
+	if _, dup := a.entries[key]; dup {
+		return fmt.Errorf("key of uid %s tracked twice", d.ev.GetUid())
+	}
+	e := a.track(key, d.ev, d.pos)
+	e.note, e.count, e.last, e.lastWrite, e.seq, e.pending = d.note, d.count, d.last, d.lastWrite, d.seq, d.pending
 	e.due = a.dueOf(e)
 	e.idx = len(a.timers)
 	a.timers = append(a.timers, e)
@@ -280,7 +371,7 @@ type parsed struct {
 	version, position, floor, id uint64
 	clock                        int64
 	entries                      [][]byte
-	removed, segments            []byte
+	removed, segments, singles   []byte
 }
 
 func parseSnapshot(b []byte) (parsed, error) {
@@ -312,6 +403,8 @@ func parseSnapshot(b []byte) (parsed, error) {
 			p.removed, n = protowire.ConsumeBytes(b)
 		case num == snapSegments && typ == protowire.BytesType:
 			p.segments, n = protowire.ConsumeBytes(b)
+		case num == snapSingles && typ == protowire.BytesType:
+			p.singles, n = protowire.ConsumeBytes(b)
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}

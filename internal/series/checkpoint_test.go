@@ -33,7 +33,7 @@ func TestCheckpointIncremental(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got = len(p.entries)
+			got = len(p.singles) / singleRecLen
 			if got != wantSingles {
 				t.Fatalf("segment %d holds %d singletons, want %d", cp.Segment.ID, got, wantSingles)
 			}
@@ -45,7 +45,7 @@ func TestCheckpointIncremental(t *testing.T) {
 	}
 	observe := func(name, uid string, d time.Duration) Decision {
 		at, pos := l.next(d)
-		return a.Observe(pod(name, uid), at, pos)
+		return must(a.Observe(pod(name, uid), at, pos))
 	}
 
 	for i := range 1000 {
@@ -121,7 +121,7 @@ func TestRestoreCheckpointErrors(t *testing.T) {
 	a := mustNew(t, Config{})
 	l := newLog()
 	at, pos := l.next(0)
-	a.Observe(mkEvent("u1"), at, pos)
+	must(a.Observe(mkEvent("u1"), at, pos))
 	cp, err := a.Checkpoint()
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestRestoreCheckpointErrors(t *testing.T) {
 	}
 	other := mustNew(t, Config{})
 	at, pos = l.next(time.Second)
-	other.Observe(mkEvent("u2"), at, pos)
+	must(other.Observe(mkEvent("u2"), at, pos))
 	ocp, _ := other.Checkpoint()
 	if _, err := RestoreCheckpoint(Config{}, cp.Head, func(uint64) ([]byte, error) { return ocp.Segment.Data, nil }); !errors.Is(err, ErrCorruptSnapshot) {
 		t.Errorf("restore with another segment: %v", err)

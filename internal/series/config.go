@@ -12,7 +12,7 @@ const (
 	DefaultFlushInterval = 30 * time.Second
 	DefaultHeartbeat     = 5 * time.Minute
 	DefaultFinishAfter   = 6 * time.Minute
-	DefaultMaxActive     = 100_000
+	DefaultMaxBytes      = 8 << 20
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
@@ -36,9 +36,15 @@ type Config struct {
 	// is finished (a gap of exactly FinishAfter still continues it).
 	// Default 6m.
 	FinishAfter time.Duration `yaml:"finishAfter"`
-	// MaxActive caps the keys an Aggregator tracks: singletons that may still
-	// start a series plus ongoing series. See the package documentation for
-	// what happens at the cap. Default 100000.
+	// MaxBytes is the memory budget of an Aggregator's tracked keys:
+	// singletons that may still start a series (about 200 bytes
+	// each), ongoing series (about three times their event's encoding) and
+	// a ring of the most recent singletons' encodings (an eighth of the
+	// budget). See the package documentation for what happens at the
+	// budget. Default 8 MiB, at least 64 KiB.
+	MaxBytes int64 `yaml:"maxBytes"`
+	// MaxActive, when set, also caps the number of tracked keys. Default
+	// none: the budget is MaxBytes.
 	MaxActive int `yaml:"maxActive"`
 }
 
@@ -56,8 +62,8 @@ func (c Config) withDefaults() Config {
 	if c.FinishAfter == 0 {
 		c.FinishAfter = DefaultFinishAfter
 	}
-	if c.MaxActive == 0 {
-		c.MaxActive = DefaultMaxActive
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
 	}
 	return c
 }
@@ -82,6 +88,9 @@ func (c Config) Validate() error {
 		if d.v < 0 {
 			bad("%s must be positive, got %v", d.name, d.v)
 		}
+	}
+	if c.MaxBytes < 64<<10 {
+		bad("maxBytes must be at least 64 KiB, got %d", c.MaxBytes)
 	}
 	if c.MaxActive < 0 {
 		bad("maxActive must be positive, got %d", c.MaxActive)

@@ -2,11 +2,13 @@ package series
 
 import (
 	"bytes"
+	"cmp"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -76,7 +78,7 @@ func minutes(pairs ...any) []MinuteCount {
 	return ms
 }
 
-var cmpOpts = cmp.Options{protocmp.Transform(), cmp.Comparer(func(x, y Key) bool { return x == y })}
+var cmpOpts = gocmp.Options{protocmp.Transform(), gocmp.Comparer(func(x, y Key) bool { return x == y })}
 
 func mustNew(t testing.TB, cfg Config) *Aggregator {
 	t.Helper()
@@ -95,6 +97,27 @@ type logEntry struct {
 	pos uint64
 }
 
+// must is a Decision of Observe that may not fail.
+func must(d Decision, err error) Decision {
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// readerOf reads the occurrences of log (ascending positions) by position,
+// as the intake reads its stream: encoded afresh, as a log would return
+// them, not the bytes the aggregator was given.
+func readerOf(log []logEntry) Reader {
+	return func(pos uint64) ([]byte, error) {
+		i, ok := slices.BinarySearchFunc(log, pos, func(e logEntry, p uint64) int { return cmp.Compare(e.pos, p) })
+		if !ok || log[i].ev == nil {
+			return nil, fmt.Errorf("no occurrence at position %d", pos)
+		}
+		return proto.MarshalOptions{Deterministic: true}.Marshal(log[i].ev)
+	}
+}
+
 // apply feeds one entry to a, as the partition owner does.
 func apply(a *Aggregator, e logEntry) Decision {
 	if e.ev == nil {
@@ -107,7 +130,7 @@ func apply(a *Aggregator, e logEntry) Decision {
 		if err != nil {
 			panic(err)
 		}
-		d := a.ObserveEncoded(e.ev, raw, e.at, e.pos)
+		d := must(a.ObserveEncoded(e.ev, raw, e.at, e.pos))
 		for _, w := range d.Writes {
 			if w.Raw != nil && !bytes.Equal(w.Raw, raw) {
 				panic("a Created write's Raw is not the occurrence's encoding")
@@ -115,7 +138,7 @@ func apply(a *Aggregator, e logEntry) Decision {
 		}
 		return d
 	}
-	return a.Observe(e.ev, e.at, e.pos)
+	return must(a.Observe(e.ev, e.at, e.pos))
 }
 
 // store is the events stream with duplicate detection by Write.ID. It
@@ -137,7 +160,7 @@ func (s *store) publish(w Write, at time.Time) {
 	id := w.ID()
 	if old, ok := s.byID[id]; ok {
 		if !sameWrite(old, w) {
-			s.t.Fatalf("write %s re-derived with other content (-first +again):\n%s", id, cmp.Diff(old, w, cmpOpts))
+			s.t.Fatalf("write %s re-derived with other content (-first +again):\n%s", id, gocmp.Diff(old, w, cmpOpts))
 		}
 		return
 	}
@@ -205,7 +228,7 @@ func sameWrites(t testing.TB, want, got *store) {
 			t.Fatalf("write %s missing", id)
 		}
 		if !sameWrite(w, g) {
-			t.Fatalf("write %s (-want +got):\n%s", id, cmp.Diff(w, g, cmpOpts))
+			t.Fatalf("write %s (-want +got):\n%s", id, gocmp.Diff(w, g, cmpOpts))
 		}
 	}
 	for id := range got.byID {

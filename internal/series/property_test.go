@@ -62,6 +62,7 @@ func genLog(r *rand.Rand, nKeys, n int) ([]logEntry, map[Key]int) {
 func runLog(t *testing.T, cfg Config, log []logEntry, r *rand.Rand) (*store, Stats) {
 	st := newStore(t)
 	a := mustNew(t, cfg)
+	a.SetReader(readerOf(log))
 	var persisted []byte
 	// Checkpoint segments by ID; a crash between a segment's write and its
 	// head's leaves it behind, replaced by the next one with its ID.
@@ -128,11 +129,13 @@ func runLog(t *testing.T, cfg Config, log []logEntry, r *rand.Rand) (*store, Sta
 			addStats(a.Stats())
 			if persisted == nil {
 				a = mustNew(t, cfg)
+				a.SetReader(readerOf(log))
 			} else {
 				var err error
 				if a, err = RestoreCheckpoint(cfg, persisted, loadSegment); err != nil {
 					t.Fatal(err)
 				}
+				a.SetReader(readerOf(log))
 			}
 			i = max(0, int(a.Position())-r.IntN(30))
 		}

@@ -1,11 +1,9 @@
 package series
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -59,39 +57,31 @@ const (
 	entCounts    protowire.Number = 9
 )
 
-// Snapshot encodes the aggregator's whole state: Restore turns it back into
-// an aggregator that continues exactly where this one stands, at Position.
+// Snapshot encodes the aggregator's whole state in one piece: Restore (or
+// RestoreCheckpoint) turns it back into an aggregator that continues exactly
+// where this one stands, at Position. It is a checkpoint head with every
+// tracked singleton inline and no segments.
 func (a *Aggregator) Snapshot() ([]byte, error) {
-	var b []byte
-	b = protowire.AppendTag(b, snapVersion, protowire.VarintType)
-	b = protowire.AppendVarint(b, snapshotVersion)
+	b := appendHeader(nil, checkpointVersion)
 	b = protowire.AppendTag(b, snapPosition, protowire.VarintType)
 	b = protowire.AppendVarint(b, a.pos)
 	b = protowire.AppendTag(b, snapClock, protowire.VarintType)
 	b = protowire.AppendVarint(b, protowire.EncodeZigZag(a.clock))
-	for _, l := range []*list{&a.singles, &a.series} {
-		var err error
-		if b, err = appendEntries(b, l.head, nil); err != nil {
-			return nil, err
+	recs := make([]byte, 0, a.single.live()*singleRecLen)
+	for i := range a.single.n {
+		if r := a.single.at(i); a.single.isLive(r) {
+			recs = appendSingleRec(recs, *r)
 		}
 	}
-	return b, nil
+	if len(recs) > 0 {
+		b = protowire.AppendTag(b, snapSingles, protowire.BytesType)
+		b = protowire.AppendBytes(b, recs)
+	}
+	return appendEntries(b, a.series.head)
 }
 
-// appendEntries appends e and the entries after it as snapshot entries,
-// calling visit (when not nil) with each.
-func appendEntries(b []byte, e *entry, visit func(*entry)) ([]byte, error) {
-	// Room for them all at once: a segment carries megabytes of encoded
-	// singletons, and growing it by appends copied it several times.
-	// (An event not held encoded is counted at a guess.)
-	size := 0
-	for x := e; x != nil; x = x.next {
-		size += len(x.raw) + len(x.note) + 64 + 3*len(x.pending)
-		if x.raw == nil {
-			size += 512
-		}
-	}
-	b = slices.Grow(b, size)
+// appendEntries appends series e and those after it as snapshot entries.
+func appendEntries(b []byte, e *entry) ([]byte, error) {
 	var ev, eb []byte
 	for ; e != nil; e = e.next {
 		var err error
@@ -101,9 +91,6 @@ func appendEntries(b []byte, e *entry, visit func(*entry)) ([]byte, error) {
 		eb = appendEntry(eb[:0], e, ev)
 		b = protowire.AppendTag(b, snapEntry, protowire.BytesType)
 		b = protowire.AppendBytes(b, eb)
-		if visit != nil {
-			visit(e)
-		}
 	}
 	return b, nil
 }
@@ -115,10 +102,8 @@ func appendEntry(b []byte, e *entry, ev []byte) []byte {
 		b = protowire.AppendTag(b, entNote, protowire.BytesType)
 		b = protowire.AppendString(b, e.note)
 	}
-	if e.kind == ongoing {
-		b = protowire.AppendTag(b, entOngoing, protowire.VarintType)
-		b = protowire.AppendVarint(b, 1)
-	}
+	b = protowire.AppendTag(b, entOngoing, protowire.VarintType)
+	b = protowire.AppendVarint(b, 1)
 	b = protowire.AppendTag(b, entCount, protowire.VarintType)
 	b = protowire.AppendVarint(b, uint64(e.count))
 	b = protowire.AppendTag(b, entLast, protowire.VarintType)
@@ -149,86 +134,114 @@ func appendEntry(b []byte, e *entry, ev []byte) []byte {
 }
 
 // Restore rebuilds an aggregator from a Snapshot. cfg should be the config
-// the snapshot was taken under (see the package documentation).
+// the snapshot was taken under (see the package documentation). Set the
+// restored aggregator's Reader: it holds no singleton's event.
 func Restore(cfg Config, b []byte) (*Aggregator, error) {
+	return RestoreCheckpoint(cfg, b, func(id uint64) ([]byte, error) {
+		return nil, corrupt("a snapshot names segment %d", id)
+	})
+}
+
+// restoreV1 restores a snapshot of version 1, which held every tracked
+// key's event, singletons first.
+func restoreV1(cfg Config, p parsed) (*Aggregator, error) {
 	a, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	p, err := parseSnapshot(b)
-	if err != nil {
-		return nil, err
-	}
-	if p.version != snapshotVersion {
-		return nil, corrupt("version %d, want %d", p.version, snapshotVersion)
-	}
 	a.pos, a.clock = p.position, p.clock
-	a.timers = make(timers, 0, len(p.entries))
-	singles := 0
+	var singles []decoded
+	var series [][]byte
 	for i, r := range p.entries {
-		e, err := a.decodeEntry(r)
+		d, err := decodeEntry(r)
 		if err != nil {
 			return nil, corrupt("entry %d: %v", i, err)
 		}
-		if e.kind == singleton {
-			if t := a.singles.tail; t != nil && (t.last > e.last || e.pos != 0 && t.pos >= e.pos) {
-				return nil, corrupt("entry %d: singletons out of order", i)
-			}
-			singles++
+		if d.ongoing {
+			series = append(series, r)
+			continue
 		}
-		if err := a.track(e); err != nil {
-			return nil, corrupt("entry %d: %v", i, err)
+		if len(series) > 0 {
+			return nil, corrupt("entry %d: a singleton after the series", i)
 		}
+		singles = append(singles, d)
 	}
 	// Snapshots written before positions were recorded: any increasing
 	// positions up to Position will do (there were as many entries).
-	if h := a.singles.head; h != nil && h.pos == 0 {
+	if len(singles) > 0 && singles[0].pos == 0 {
 		next := uint64(1)
-		if uint64(singles) < a.pos {
-			next = a.pos - uint64(singles) + 1
+		if uint64(len(singles)) < a.pos {
+			next = a.pos - uint64(len(singles)) + 1
 		}
-		for e := h; e != nil; e = e.next {
-			e.pos, next = next, next+1
+		for i := range singles {
+			singles[i].pos, next = next, next+1
 		}
 	}
-	heap.Init(&a.timers)
+	a.unckpt = a.pos + 1
+	if len(singles) > 0 {
+		a.unckpt = singles[0].pos
+	}
+	for i, d := range singles {
+		if err := a.restoreSingle(d.single(), d.raw); err != nil {
+			return nil, corrupt("singleton %d: %v", i, err)
+		}
+	}
+	if err := a.restoreSeries(series); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
-func (a *Aggregator) decodeEntry(b []byte) (*entry, error) {
-	e := &entry{}
-	var evb []byte
+// decoded is a snapshot entry: a series, or a singleton of a version 1 or
+// 2 snapshot.
+type decoded struct {
+	ev              *eventgatev1.Event // series cleared
+	raw             []byte             // ev's encoding, as snapshotted
+	note            string
+	ongoing         bool
+	count           int32
+	last, lastWrite int64
+	seq             uint32
+	pending         []minute
+	pos             uint64
+}
+
+// single is a decoded singleton's record.
+func (d decoded) single() ringRec {
+	return ringRec{h: hashKey(appendKey(nil, d.ev)), tenant: tenantOf(d.ev), last: d.last, pos: d.pos}
+}
+
+func decodeEntry(b []byte) (decoded, error) {
+	var d decoded
 	var minutes, counts []uint64
 	var count, seq uint64
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil, protowire.ParseError(n)
+			return d, protowire.ParseError(n)
 		}
 		b = b[n:]
 		var v uint64
 		switch {
 		case num == entEvent && typ == protowire.BytesType:
-			evb, n = protowire.ConsumeBytes(b)
+			d.raw, n = protowire.ConsumeBytes(b)
 		case num == entNote && typ == protowire.BytesType:
-			e.note, n = protowire.ConsumeString(b)
+			d.note, n = protowire.ConsumeString(b)
 		case num == entOngoing && typ == protowire.VarintType:
 			v, n = protowire.ConsumeVarint(b)
-			if v != 0 {
-				e.kind = ongoing
-			}
+			d.ongoing = v != 0
 		case num == entCount && typ == protowire.VarintType:
 			count, n = protowire.ConsumeVarint(b)
 		case num == entLast && typ == protowire.VarintType:
 			v, n = protowire.ConsumeVarint(b)
-			e.last = protowire.DecodeZigZag(v)
+			d.last = protowire.DecodeZigZag(v)
 		case num == entLastWrite && typ == protowire.VarintType:
 			v, n = protowire.ConsumeVarint(b)
-			e.lastWrite = protowire.DecodeZigZag(v)
+			d.lastWrite = protowire.DecodeZigZag(v)
 		case num == entSeq && typ == protowire.VarintType:
 			seq, n = protowire.ConsumeVarint(b)
 		case num == entPos && typ == protowire.VarintType:
-			e.pos, n = protowire.ConsumeVarint(b)
+			d.pos, n = protowire.ConsumeVarint(b)
 		case num == entMinutes && typ == protowire.BytesType:
 			minutes, n = consumePacked(b, minutes)
 		case num == entCounts && typ == protowire.BytesType:
@@ -237,54 +250,46 @@ func (a *Aggregator) decodeEntry(b []byte) (*entry, error) {
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
 		if n < 0 {
-			return nil, fmt.Errorf("field %d: %w", num, protowire.ParseError(n))
+			return d, fmt.Errorf("field %d: %w", num, protowire.ParseError(n))
 		}
 		b = b[n:]
 	}
 
-	ev := new(eventgatev1.Event)
-	if err := proto.Unmarshal(evb, ev); err != nil {
-		return nil, fmt.Errorf("event: %w", err)
+	d.ev = new(eventgatev1.Event)
+	if err := proto.Unmarshal(d.raw, d.ev); err != nil {
+		return d, fmt.Errorf("event: %w", err)
 	}
-	if ev.GetUid() == "" {
-		return nil, errors.New("event without uid")
+	if d.ev.GetUid() == "" {
+		return d, errors.New("event without uid")
 	}
-	if e.kind == singleton && ev.Series == nil {
-		// Kept encoded, as Observe keeps a singleton.
-		e.keep(appendKey(nil, ev), evb, ev.GetUid())
-	} else {
-		ev.Series = nil
-		e.key, e.uid, e.ev = string(appendKey(nil, ev)), ev.GetUid(), ev
-	}
+	d.ev.Series = nil
 	switch {
-	case e.kind == singleton && count != 1:
-		return nil, fmt.Errorf("singleton with count %d", count)
-	case e.kind == ongoing && (count < 2 || count > math.MaxInt32):
-		return nil, fmt.Errorf("series with count %d", count)
-	case e.kind == singleton && seq != 1 || e.kind == ongoing && (seq < 2 || seq > math.MaxUint32):
-		return nil, fmt.Errorf("%d writes for count %d", seq, count)
-	case e.last > a.clock || e.lastWrite > a.clock:
-		return nil, errors.New("times after the snapshot's clock")
+	case !d.ongoing && count != 1:
+		return d, fmt.Errorf("singleton with count %d", count)
+	case d.ongoing && (count < 2 || count > math.MaxInt32):
+		return d, fmt.Errorf("series with count %d", count)
+	case !d.ongoing && seq != 1 || d.ongoing && (seq < 2 || seq > math.MaxUint32):
+		return d, fmt.Errorf("%d writes for count %d", seq, count)
 	case len(minutes) != len(counts):
-		return nil, fmt.Errorf("%d pending minutes with %d counts", len(minutes), len(counts))
-	case e.kind == singleton && len(minutes) > 0:
-		return nil, errors.New("singleton with pending occurrences")
+		return d, fmt.Errorf("%d pending minutes with %d counts", len(minutes), len(counts))
+	case !d.ongoing && len(minutes) > 0:
+		return d, errors.New("singleton with pending occurrences")
 	}
-	e.count = int32(count)
-	e.seq = uint32(seq)
+	d.count = int32(count)
+	d.seq = uint32(seq)
 	sum := uint64(0)
 	for i := range minutes {
 		m := protowire.DecodeZigZag(minutes[i])
-		if counts[i] == 0 || counts[i] > math.MaxInt32 || i > 0 && m <= e.pending[i-1].m {
-			return nil, errors.New("pending minutes out of order or empty")
+		if counts[i] == 0 || counts[i] > math.MaxInt32 || i > 0 && m <= d.pending[i-1].m {
+			return d, errors.New("pending minutes out of order or empty")
 		}
 		sum += counts[i]
-		e.pending = append(e.pending, minute{m: m, n: int32(counts[i])})
+		d.pending = append(d.pending, minute{m: m, n: int32(counts[i])})
 	}
 	if sum > count {
-		return nil, fmt.Errorf("%d pending occurrences for count %d", sum, count)
+		return d, fmt.Errorf("%d pending occurrences for count %d", sum, count)
 	}
-	return e, nil
+	return d, nil
 }
 
 // consumePacked appends a packed repeated varint field's values to dst.

@@ -15,7 +15,6 @@ import (
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
-	"github.com/eventgate/eventgate/internal/jetstream"
 )
 
 // InvalidError is a request that failed validation.
@@ -55,7 +54,7 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return err
 	}
 	var inv *InvalidError
-	var slow *jetstream.SlowWatcherError
+	var slow *event.SlowWatcherError
 	switch {
 	case errors.As(err, &inv):
 		return invalidStatus(inv)
@@ -84,11 +83,11 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		// the field itself where one field is at fault).
 		desc := strings.TrimPrefix(err.Error(), clickhouse.ErrInvalidQuery.Error()+": ")
 		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "query", Description: desc}}})
-	case errors.Is(err, jetstream.ErrTooOld):
+	case errors.Is(err, event.ErrTooOld):
 		return status.Errorf(codes.OutOfRange, "%v: list again and watch from the list's resourceVersion", err)
-	case errors.Is(err, jetstream.ErrFuture):
+	case errors.Is(err, event.ErrFuture):
 		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "resourceVersion", Description: err.Error()}}})
-	case errors.Is(err, jetstream.ErrHubStopped):
+	case errors.Is(err, event.ErrWatchStopped):
 		return status.Error(codes.Unavailable, "gateway is shutting down; reconnect")
 	case errors.Is(err, ErrDraining):
 		return status.Error(codes.Unavailable, err.Error())

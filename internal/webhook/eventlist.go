@@ -16,7 +16,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
-	"github.com/eventgate/eventgate/internal/k8sapi"
+	"github.com/eventgate/eventgate/internal/k8sevent"
 )
 
 // Annotations that name an item's tenant. eventgate's own pair wins over the
@@ -243,7 +243,7 @@ func tenantFromAnnotations(ann map[string]string, field string) (t *eventgatev1.
 // fromEventsV1 converts an EventList item as the Kubernetes API does,
 // without the tenant annotations (they became the tenant).
 func fromEventsV1(in *eventsv1.Event) *eventgatev1.Event {
-	out := k8sapi.FromEventsV1(in)
+	out := k8sevent.FromEventsV1(in)
 	for _, k := range []string{ScopeTypeAnnotation, ScopeNameAnnotation, TenantTypeAnnotation, TenantNameAnnotation} {
 		delete(out.Annotations, k)
 	}

@@ -19,7 +19,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
-	"github.com/eventgate/eventgate/internal/k8sapi"
+	"github.com/eventgate/eventgate/internal/k8sevent"
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
@@ -270,7 +270,7 @@ func (h *handler) flux(w http.ResponseWriter, r *http.Request) {
 		ReportingController: in.ReportingController,
 		ReportingInstance:   in.ReportingInstance,
 		Reason:              in.Reason,
-		Regarding:           k8sapi.FromObjectReference(&in.InvolvedObject),
+		Regarding:           k8sevent.FromObjectReference(&in.InvolvedObject),
 		Note:                in.Message,
 		Type:                typ,
 		Metadata:            meta,

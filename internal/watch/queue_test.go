@@ -1,6 +1,10 @@
-package jetstream
+package watch
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/eventgate/eventgate/internal/event"
+)
 
 func TestQueue(t *testing.T) {
 	q := newQueue(3)
@@ -8,11 +12,11 @@ func TestQueue(t *testing.T) {
 		t.Fatalf("empty queue gave %d items", len(items))
 	}
 	for seq := uint64(1); seq <= 3; seq++ {
-		if !q.push(Item{Seq: seq}) {
+		if !q.push(event.WatchItem{Seq: seq}) {
 			t.Fatalf("push %d of 3 refused", seq)
 		}
 	}
-	if q.push(Item{Seq: 4}) {
+	if q.push(event.WatchItem{Seq: 4}) {
 		t.Fatal("push past the bound accepted")
 	}
 	select {
@@ -25,7 +29,7 @@ func TestQueue(t *testing.T) {
 		t.Fatalf("take: %+v, want seqs 1, 2, 3", items)
 	}
 	// Taken items no longer count against the bound.
-	if !q.push(Item{Seq: 4}) {
+	if !q.push(event.WatchItem{Seq: 4}) {
 		t.Fatal("push after take refused")
 	}
 	q.recycle(items)
@@ -33,7 +37,7 @@ func TestQueue(t *testing.T) {
 		t.Fatalf("take after recycle: %+v, want seq 4", got)
 	}
 	// The recycled slice, emptied, holds the next batch.
-	if !q.push(Item{Seq: 5}) {
+	if !q.push(event.WatchItem{Seq: 5}) {
 		t.Fatal("push refused")
 	}
 	if got := q.take(); len(got) != 1 || got[0].Seq != 5 || &got[:cap(got)][0] != &items[:cap(items)][0] {
@@ -42,7 +46,7 @@ func TestQueue(t *testing.T) {
 	// A large batch's slice is not kept.
 	big := newQueue(1000)
 	for seq := uint64(1); seq <= 1000; seq++ {
-		big.push(Item{Seq: seq})
+		big.push(event.WatchItem{Seq: seq})
 	}
 	big.recycle(big.take())
 	if big.spare != nil {

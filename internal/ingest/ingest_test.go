@@ -1,4 +1,4 @@
-package clickhouse
+package ingest
 
 import (
 	"context"
@@ -11,143 +11,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
-	egjs "github.com/eventgate/eventgate/internal/jetstream"
 )
-
-// natsEnv is an embedded NATS server with the events stream.
-type natsEnv struct {
-	js     jetstream.JetStream
-	stream string
-	pub    *egjs.Publisher
-}
-
-func startNATS(t testing.TB) *natsEnv {
-	t.Helper()
-	ns, err := egjs.Embedded(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	cfg := egjs.DefaultConfig()
-	nc, err := egjs.Connect(cfg, ns, "clickhouse-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := egjs.NewJetStream(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := egjs.EnsureStream(context.Background(), js, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return &natsEnv{js: js, stream: cfg.Stream, pub: egjs.NewPublisher(js, cfg.Stream)}
-}
-
-// publish emits events as the service does and returns their sequences.
-func (n *natsEnv) publish(t testing.TB, evs ...*eventgatev1.Event) []uint64 {
-	t.Helper()
-	msgs := make([]*nats.Msg, len(evs))
-	for i, ev := range evs {
-		b, err := event.Marshal(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msgs[i] = nats.NewMsg(event.SubjectOf(ev))
-		msgs[i].Data = b
-	}
-	acks, err := n.pub.Publish(context.Background(), msgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seqs := make([]uint64, len(acks))
-	for i, a := range acks {
-		seqs[i] = a.Sequence
-	}
-	return seqs
-}
-
-func (n *natsEnv) publishRaw(t testing.TB, subject string, data []byte) uint64 {
-	t.Helper()
-	m := nats.NewMsg(subject)
-	m.Data = data
-	acks, err := n.pub.Publish(context.Background(), []*nats.Msg{m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return acks[0].Sequence
-}
-
-func testIngestConfig() IngestConfig {
-	return IngestConfig{BatchSize: 50, BatchWait: 50 * time.Millisecond, MinBackoff: 10 * time.Millisecond,
-		MaxBackoff: 100 * time.Millisecond, LagInterval: 50 * time.Millisecond}
-}
-
-func startIngest(t testing.TB, n *natsEnv, s *Store, cfg IngestConfig, reg prometheus.Registerer) *Ingester {
-	t.Helper()
-	in, err := StartIngest(context.Background(), n.js, n.stream, s, cfg, testLogger(t), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		in.Stop(ctx)
-	})
-	return in
-}
-
-// waitFloor waits until the ack floor reaches seq.
-func waitFloor(t testing.TB, in *Ingester, seq uint64, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		f, err := in.AckFloor(context.Background())
-		if err == nil && f >= seq {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ack floor %d (%v), want %d within %v", f, err, seq, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// listAll pages through everything in scope at rv.
-func listAll(t testing.TB, s *Store, rv uint64) []*eventgatev1.Event {
-	t.Helper()
-	var out []*eventgatev1.Event
-	q := Query{Scope: all, PageSize: MaxPageSize, OldestFirst: true}
-	for {
-		p := query(t, s, q, rv)
-		out = append(out, p.Events...)
-		if p.NextPageToken == "" {
-			return out
-		}
-		q.PageToken = p.NextPageToken
-	}
-}
-
-func ingestEvents(prefix string, n int) []*eventgatev1.Event {
-	evs := make([]*eventgatev1.Event, n)
-	for i := range evs {
-		evs[i] = mkEvent(fmt.Sprintf("%s-%04d", prefix, i), float64(i)/100,
-			tenant("project", fmt.Sprintf("t%d", i%3)), regarding("apps/v1", "Deployment", "ns", fmt.Sprintf("d%d", i%10)))
-	}
-	return evs
-}
 
 // checkExactlyOnce verifies that listing at rv returns each event once, at
 // its stream sequence, equal to what was published.
-func checkExactlyOnce(t testing.TB, s *Store, rv uint64, evs []*eventgatev1.Event, seqs []uint64) {
+func checkExactlyOnce(t testing.TB, s *clickhouse.Store, rv uint64, evs []*eventgatev1.Event, seqs []uint64) {
 	t.Helper()
 	got := listAll(t, s, rv)
 	if len(got) != len(evs) {
@@ -170,11 +45,11 @@ func checkExactlyOnce(t testing.TB, s *Store, rv uint64, evs []*eventgatev1.Even
 }
 
 func TestIngest(t *testing.T) {
-	eachStore(t, func(t *testing.T, s *Store) {
+	eachStore(t, func(t *testing.T, s *clickhouse.Store) {
 		ctx := context.Background()
 		n := startNATS(t)
 		reg := prometheus.NewRegistry()
-		in := startIngest(t, n, s, testIngestConfig(), reg)
+		in := startIngest(t, n, writer(t, s), testIngestConfig(), reg)
 
 		evs := ingestEvents("a", 500)
 		var seqs []uint64
@@ -219,26 +94,9 @@ func TestIngest(t *testing.T) {
 	})
 }
 
-// metricValue reads a counter or gauge.
-func metricValue(t testing.TB, m prometheus.Metric) float64 {
-	t.Helper()
-	var d dto.Metric
-	if err := m.Write(&d); err != nil {
-		t.Fatal(err)
-	}
-	switch {
-	case d.Counter != nil:
-		return d.Counter.GetValue()
-	case d.Gauge != nil:
-		return d.Gauge.GetValue()
-	}
-	t.Fatalf("not a counter or gauge: %v", m.Desc())
-	return 0
-}
-
-// flakyTransport fails inserts while down is set, or the next failN ones.
-type flakyTransport struct {
-	transport
+// flakyWriter fails inserts while down is set, or the next failN ones.
+type flakyWriter struct {
+	Writer
 	down    atomic.Bool
 	failN   atomic.Int64
 	commit  atomic.Bool // insert for real, then report a failure (ambiguous)
@@ -247,30 +105,29 @@ type flakyTransport struct {
 
 var errDown = errors.New("clickhouse is down (test)")
 
-func (f *flakyTransport) insert(ctx context.Context, db, table string, b *eventBatch) error {
+func (f *flakyWriter) Insert(ctx context.Context, b []event.Stored) error {
 	f.inserts.Add(1)
 	if f.down.Load() {
 		return errDown
 	}
 	if f.failN.Add(-1) >= 0 {
 		if f.commit.Load() {
-			if err := f.transport.insert(ctx, db, table, b); err != nil {
+			if err := f.Writer.Insert(ctx, b); err != nil {
 				return err
 			}
 		}
 		return errDown
 	}
-	return f.transport.insert(ctx, db, table, b)
+	return f.Writer.Insert(ctx, b)
 }
 
 func TestIngestSurvivesClickHouseOutage(t *testing.T) {
-	eachStore(t, func(t *testing.T, s *Store) {
+	eachStore(t, func(t *testing.T, s *clickhouse.Store) {
 		ctx := context.Background()
 		n := startNATS(t)
-		flaky := &flakyTransport{transport: s.t}
-		s.t = flaky
+		flaky := &flakyWriter{Writer: writer(t, s)}
 		flaky.down.Store(true)
-		in := startIngest(t, n, s, testIngestConfig(), nil)
+		in := startIngest(t, n, flaky, testIngestConfig(), nil)
 
 		// Emits keep succeeding into JetStream while ClickHouse is down.
 		evs := ingestEvents("down", 300)
@@ -308,13 +165,12 @@ func TestIngestSurvivesClickHouseOutage(t *testing.T) {
 // timeout after the server wrote the part); the retry inserts the batch
 // again. Queries return each event once.
 func TestIngestAmbiguousFailure(t *testing.T) {
-	eachStore(t, func(t *testing.T, s *Store) {
+	eachStore(t, func(t *testing.T, s *clickhouse.Store) {
 		n := startNATS(t)
-		flaky := &flakyTransport{transport: s.t}
+		flaky := &flakyWriter{Writer: writer(t, s)}
 		flaky.commit.Store(true)
 		flaky.failN.Store(3)
-		s.t = flaky
-		in := startIngest(t, n, s, testIngestConfig(), nil)
+		in := startIngest(t, n, flaky, testIngestConfig(), nil)
 		evs := ingestEvents("amb", 200)
 		seqs := n.publish(t, evs...)
 		waitFloor(t, in, seqs[len(seqs)-1], 30*time.Second)
@@ -322,18 +178,18 @@ func TestIngestAmbiguousFailure(t *testing.T) {
 	})
 }
 
-// blockingTransport commits inserts, then never returns once armed: a
+// blockingWriter commits inserts, then never returns once armed: a
 // gateway that dies between the INSERT and the acks (kill -9).
-type blockingTransport struct {
-	transport
+type blockingWriter struct {
+	Writer
 	armed   atomic.Bool
 	blocked chan struct{} // closed when an insert is stuck
 	release chan struct{}
 	once    sync.Once
 }
 
-func (b *blockingTransport) insert(ctx context.Context, db, table string, eb *eventBatch) error {
-	if err := b.transport.insert(ctx, db, table, eb); err != nil {
+func (b *blockingWriter) Insert(ctx context.Context, eb []event.Stored) error {
+	if err := b.Writer.Insert(ctx, eb); err != nil {
 		return err
 	}
 	if b.armed.Load() {
@@ -348,17 +204,14 @@ func (b *blockingTransport) insert(ctx context.Context, db, table string, eb *ev
 // before acknowledging it; the messages are redelivered to replica 2, which
 // inserts them again. Every acknowledged event is returned exactly once.
 func TestIngestCrashBetweenInsertAndAck(t *testing.T) {
-	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
-		cfg := DefaultConfig()
-		cfg.Database = ""
-		s1, s2 := open(cfg), open(cfg)
+	eachTransport(t, func(t *testing.T, open func() *clickhouse.Store) {
+		s1, s2 := open(), open()
 		n := startNATS(t)
-		bt := &blockingTransport{transport: s1.t, blocked: make(chan struct{}), release: make(chan struct{})}
+		bt := &blockingWriter{Writer: writer(t, s1), blocked: make(chan struct{}), release: make(chan struct{})}
 		bt.armed.Store(true)
-		s1.t = bt
 		icfg := testIngestConfig()
 		icfg.AckWait = time.Second
-		in1 := startIngest(t, n, s1, icfg, nil)
+		in1 := startIngest(t, n, bt, icfg, nil)
 		defer func() { // replica 1 "restarts": its stale batch is acked late, harmlessly
 			bt.armed.Store(false)
 			close(bt.release)
@@ -374,31 +227,20 @@ func TestIngestCrashBetweenInsertAndAck(t *testing.T) {
 		if f, _ := in1.AckFloor(context.Background()); f != 0 {
 			t.Fatalf("floor %d before any ack", f)
 		}
-		in2 := startIngest(t, n, s2, icfg, nil)
+		in2 := startIngest(t, n, writer(t, s2), icfg, nil)
 		waitFloor(t, in2, seqs[len(seqs)-1], 60*time.Second)
+		// Replica 1's batch is in the store as well as replica 2's copy of
+		// it, and listed once.
 		checkExactlyOnce(t, s2, seqs[len(seqs)-1], evs, seqs)
-		// The first batch really was inserted twice.
-		rs, err := s2.t.query(context.Background(), "SELECT toUInt64(count()) FROM "+s2.events(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rows uint64
-		for rs.Next() {
-			rs.Scan(&rows)
-		}
-		rs.Close()
-		t.Logf("%d rows stored for %d events (redelivered copies until merged)", rows, len(evs))
 	})
 }
 
 func TestIngestReplicasShareConsumer(t *testing.T) {
-	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
-		cfg := DefaultConfig()
-		cfg.Database = ""
-		s1, s2 := open(cfg), open(cfg)
+	eachTransport(t, func(t *testing.T, open func() *clickhouse.Store) {
+		s1, s2 := open(), open()
 		n := startNATS(t)
-		in1 := startIngest(t, n, s1, testIngestConfig(), nil)
-		in2 := startIngest(t, n, s2, testIngestConfig(), nil)
+		in1 := startIngest(t, n, writer(t, s1), testIngestConfig(), nil)
+		in2 := startIngest(t, n, writer(t, s2), testIngestConfig(), nil)
 		var evs []*eventgatev1.Event
 		var seqs []uint64
 		for i := 0; i < 10; i++ {
@@ -416,11 +258,23 @@ func TestIngestReplicasShareConsumer(t *testing.T) {
 	})
 }
 
+// closeWriter records that ingest closed its writer.
+type closeWriter struct {
+	Writer
+	closed chan struct{}
+}
+
+func (c *closeWriter) Close() {
+	c.Writer.Close()
+	close(c.closed)
+}
+
 func TestIngestStopAndResume(t *testing.T) {
-	eachStore(t, func(t *testing.T, s *Store) {
+	eachStore(t, func(t *testing.T, s *clickhouse.Store) {
 		ctx := context.Background()
 		n := startNATS(t)
-		in, err := StartIngest(ctx, n.js, n.stream, s, testIngestConfig(), testLogger(t), nil)
+		w := &closeWriter{Writer: writer(t, s), closed: make(chan struct{})}
+		in, err := Start(ctx, n.js, n.stream, w, testIngestConfig(), testLogger(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -437,6 +291,11 @@ func TestIngestStopAndResume(t *testing.T) {
 		default:
 			t.Fatal("not done after Stop")
 		}
+		select {
+		case <-w.closed:
+		default:
+			t.Fatal("writer not closed after Stop")
+		}
 		// While stopped, events wait in JetStream.
 		second := ingestEvents("two", 80)
 		seqs2 := n.publish(t, second...)
@@ -445,13 +304,13 @@ func TestIngestStopAndResume(t *testing.T) {
 			t.Fatalf("%d events stored while stopped, want %d", len(p), len(first))
 		}
 		// A new ingester resumes from the ack floor.
-		in2 := startIngest(t, n, s, testIngestConfig(), nil)
+		in2 := startIngest(t, n, writer(t, s), testIngestConfig(), nil)
 		waitFloor(t, in2, seqs2[len(seqs2)-1], 30*time.Second)
 		checkExactlyOnce(t, s, seqs2[len(seqs2)-1], append(first, second...), append(seqs, seqs2...))
 
 		// Cancelling the start context aborts ingest.
 		cctx, ccancel := context.WithCancel(ctx)
-		in3, err := StartIngest(cctx, n.js, n.stream, s, testIngestConfig(), testLogger(t), nil)
+		in3, err := Start(cctx, n.js, n.stream, writer(t, s), testIngestConfig(), testLogger(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -467,10 +326,10 @@ func TestIngestStopAndResume(t *testing.T) {
 // TestListThenWatch: a listing at the ack floor plus the stream after it
 // gives every event exactly once, while events keep arriving.
 func TestListThenWatch(t *testing.T) {
-	eachStore(t, func(t *testing.T, s *Store) {
+	eachStore(t, func(t *testing.T, s *clickhouse.Store) {
 		ctx := context.Background()
 		n := startNATS(t)
-		in := startIngest(t, n, s, testIngestConfig(), nil)
+		in := startIngest(t, n, writer(t, s), testIngestConfig(), nil)
 		var (
 			mu       sync.Mutex
 			all      []uint64

@@ -9,41 +9,28 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
-	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/event"
-	"github.com/eventgate/eventgate/internal/intake"
-	ejs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
-// Publisher stores messages durably and returns their acknowledgements.
+// Publisher stores event versions durably in the events stream and returns
+// their acknowledgements.
 type Publisher interface {
-	// Start sends msgs, after those of every Start before it; wait, called
+	// Start sends ws, after those of every Start before it; wait, called
 	// once, returns their acknowledgements in order once all are durable.
-	Start(msgs []*nats.Msg) (wait func(context.Context) ([]*jetstream.PubAck, error), err error)
-}
-
-// Watcher serves live watches.
-type Watcher interface {
-	Watch(ctx context.Context, o ejs.WatchOptions, send func(ejs.Item) error) error
+	Start(ws []wire.Write) (wait func(context.Context) ([]wire.Ack, error), err error)
 }
 
 // Intake logs occurrences durably and aggregates isomorphic repeats into
@@ -52,7 +39,7 @@ type Intake interface {
 	// Start logs evs (as the emitter counted them when asIs), after the
 	// occurrences of every Start before it; wait, called once, returns
 	// what each became once all are durable.
-	Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string, asIs bool) (wait func() ([]intake.Result, error), err error)
+	Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string, asIs bool) (wait func() ([]event.Emitted, error), err error)
 }
 
 // EventsConfig configures the EventService.
@@ -333,24 +320,14 @@ func (s *Events) startEmit(ctx context.Context, b batch) (func() ([]*eventgatev1
 	if s.cfg.Intake != nil {
 		return s.startIntake(ctx, evs, callerUID, idemKey, b.counted)
 	}
-	msgs := make([]*nats.Msg, len(evs))
+	ws := make([]wire.Write, len(evs))
 	for i, ev := range evs {
-		data, err := event.Marshal(ev)
-		if err != nil {
-			return nil, err
-		}
-		m := nats.NewMsg(event.SubjectOf(ev))
-		m.Data = data
-		if id := event.MsgID(ev, callerUID[i], idemKey); id != "" {
-			m.Header.Set(jetstream.MsgIDHeader, id)
-		}
-		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(m.Header))
-		msgs[i] = m
+		ws[i] = wire.Write{Event: ev, ID: event.MsgID(ev, callerUID[i], idemKey), Trace: ctx}
 	}
 	// Sent now, in the order of the batches (an emit stream's batches are
 	// stored in the order they came); the caller waits for the
 	// acknowledgements.
-	waitAcks, err := s.pub.Start(msgs)
+	waitAcks, err := s.pub.Start(ws)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -376,10 +353,6 @@ func (s *Events) startEmit(ctx context.Context, b batch) (func() ([]*eventgatev1
 		return results, nil
 	}, nil
 }
-
-// WatchEstablishedHeader is the response header a watch sends once it is
-// established; an error before it means the watch never started.
-const WatchEstablishedHeader = "eventgate-watch-established"
 
 // principal is the authenticated caller; the interceptor always sets one.
 func principal(ctx context.Context) (*authz.Principal, error) {
@@ -429,165 +402,4 @@ func (s *Events) startIntake(ctx context.Context, evs []*eventgatev1.Event, call
 		}
 		return results, nil
 	}, nil
-}
-
-// Watch event types, as Kubernetes names them.
-const (
-	WatchAdded    = "ADDED"
-	WatchModified = "MODIFIED"
-	WatchBookmark = "BOOKMARK"
-)
-
-// StreamWatch implements EventService.StreamWatch.
-func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventgatev1.EventService_StreamWatchServer) error {
-	ctx := stream.Context()
-	p, err := principal(ctx)
-	if err != nil {
-		return toStatus(s.log, "StreamWatch", err)
-	}
-	o, f, err := s.watchOptions(req)
-	if err != nil {
-		return toStatus(s.log, "StreamWatch", err)
-	}
-	if o.Subjects, err = p.WatchSubjects(f); err != nil {
-		return toStatus(s.log, "StreamWatch", err)
-	}
-	o.Ready = func() { _ = stream.SendHeader(metadata.Pairs(WatchEstablishedHeader, "true")) }
-	err = s.watch.Watch(ctx, o, func(it ejs.Item) error {
-		resp := &eventgatev1.StreamWatchResponse{Type: WatchAdded, Object: it.Event}
-		switch {
-		case it.Bookmark:
-			resp.Type = WatchBookmark
-			resp.Object = &eventgatev1.Event{ResourceVersion: strconv.FormatUint(it.Seq, 10)}
-			return stream.Send(resp)
-		case it.Event.GetSeries() != nil:
-			resp.Type = WatchModified
-		}
-		if it.Trace.IsValid() {
-			_, span := s.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, it.Trace), "eventgate.watch.deliver",
-				trace.WithSpanKind(trace.SpanKindProducer))
-			defer span.End()
-		}
-		return stream.Send(resp)
-	})
-	if err != nil && ctx.Err() != nil {
-		return nil // the client went away
-	}
-	return toStatus(s.log, "StreamWatch", err)
-}
-
-// watchOptions validates a watch request and returns its options and its
-// subject filter; authorization turns the filter into subjects.
-func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (ejs.WatchOptions, subject.Filter, error) {
-	o := ejs.WatchOptions{Buffer: s.cfg.WatchBuffer}
-	var f subject.Filter
-	if err := checkWatchFilter(req); err != nil {
-		return o, f, err
-	}
-	if t := req.GetTenant(); t != nil && (t.Type != "" || t.Name != "") {
-		ref, err := tenantRef(t)
-		if err != nil {
-			return o, f, err
-		}
-		f.TenantType = &ref.Type
-		if ref.Name != "*" {
-			f.TenantName = &ref.Name
-		}
-	}
-	var group *string
-	if req.ApiGroup != nil {
-		g := req.GetApiGroup()
-		if g == "core" {
-			g = ""
-		}
-		group = &g
-	}
-	kind := req.GetKind()
-	f.Group = group
-	if kind != "" {
-		f.Kind = &kind
-	}
-	if req.GetNamespace() != "" {
-		f.Namespace = subject.Ptr(req.GetNamespace())
-	}
-	if req.GetName() != "" {
-		f.Name = subject.Ptr(req.GetName())
-	}
-
-	types, reasons, controllers := req.GetTypes(), req.GetReasons(), req.GetReportingControllers()
-	// A group or kind alone is no literal subject token: it is matched here.
-	needKind := kind != "" && group == nil
-	needGroup := group != nil && kind == ""
-	if needKind || needGroup || len(types) > 0 || len(reasons) > 0 || len(controllers) > 0 {
-		o.Match = func(ev *eventgatev1.Event) bool {
-			if needKind && ev.GetRegarding().GetKind() != kind {
-				return false
-			}
-			if needGroup && subject.GroupFromAPIVersion(ev.GetRegarding().GetApiVersion()) != *group {
-				return false
-			}
-			return (len(types) == 0 || slices.Contains(types, ev.GetType())) &&
-				(len(reasons) == 0 || slices.Contains(reasons, ev.GetReason())) &&
-				(len(controllers) == 0 || slices.Contains(controllers, ev.GetReportingController()))
-		}
-	}
-	if rv := req.GetResourceVersion(); rv != "" {
-		after, err := strconv.ParseUint(rv, 10, 64)
-		if err != nil {
-			return o, f, invalid("resourceVersion", "must be a stream sequence (a non-negative integer), got %q", rv)
-		}
-		if after == math.MaxUint64 {
-			// No stream reaches it; it is ahead of every stream, not too old
-			// (after+1 would wrap to 0).
-			return o, f, invalid("resourceVersion", "is ahead of the stream: %s", rv)
-		}
-		o.After = &after
-	}
-	if bi := req.GetBookmarkInterval(); bi != nil {
-		d := bi.AsDuration()
-		if !bi.IsValid() || d < time.Second || d > time.Hour {
-			return o, f, invalid("bookmarkInterval", "must be between 1s and 1h")
-		}
-		o.Bookmarks = d
-	}
-	return o, f, nil
-}
-
-// Watch filter limits: a value no event can carry is refused, not watched.
-const (
-	maxFilterName   = 253 // kind, apiGroup, namespace, name (event validation's limit)
-	maxFilterShort  = 128 // type, reason, reportingController
-	maxFilterValues = 100 // values of one repeated filter
-)
-
-// checkWatchFilter refuses filter values that are not printable text or are
-// longer than any event's field can be.
-func checkWatchFilter(req *eventgatev1.StreamWatchRequest) error {
-	var vs []event.Violation
-	one := func(field, v string, max int) {
-		switch {
-		case len(v) > max:
-			vs = append(vs, event.Violation{Field: field, Description: fmt.Sprintf("must be at most %d bytes, got %d", max, len(v))})
-		case !event.Printable(v):
-			vs = append(vs, event.Violation{Field: field, Description: "must be printable text without control characters"})
-		}
-	}
-	one("apiGroup", req.GetApiGroup(), maxFilterName)
-	one("kind", req.GetKind(), maxFilterName)
-	one("namespace", req.GetNamespace(), maxFilterName)
-	one("name", req.GetName(), maxFilterName)
-	for field, vals := range map[string][]string{"types": req.GetTypes(), "reasons": req.GetReasons(), "reportingControllers": req.GetReportingControllers()} {
-		if len(vals) > maxFilterValues {
-			vs = append(vs, event.Violation{Field: field, Description: fmt.Sprintf("must have at most %d values, got %d", maxFilterValues, len(vals))})
-			continue
-		}
-		for i, v := range vals {
-			one(fmt.Sprintf("%s[%d]", field, i), v, maxFilterShort)
-		}
-	}
-	if len(vs) > 0 {
-		slices.SortFunc(vs, func(a, b event.Violation) int { return strings.Compare(a.Field, b.Field) })
-		return &InvalidError{Violations: vs}
-	}
-	return nil
 }

@@ -1,0 +1,71 @@
+package event
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+)
+
+// Watch event types, as Kubernetes names them: the EventService's
+// StreamWatch sends them and the Kubernetes Events API passes them on.
+const (
+	WatchAdded    = "ADDED"
+	WatchModified = "MODIFIED"
+	WatchBookmark = "BOOKMARK"
+)
+
+// WatchEstablishedHeader is the response header a watch sends once it is
+// established; an error before it means the watch never started.
+const WatchEstablishedHeader = "eventgate-watch-established"
+
+// Errors a watch ends with.
+var (
+	// ErrTooOld: the stream no longer holds every event after the requested
+	// resourceVersion; the client must list again.
+	ErrTooOld = errors.New("resourceVersion is too old")
+	// ErrFuture: the requested resourceVersion is ahead of the stream.
+	ErrFuture = errors.New("resourceVersion is ahead of the stream")
+	// ErrWatchStopped: the gateway is shutting down.
+	ErrWatchStopped = errors.New("watch feed stopped")
+)
+
+// SlowWatcherError ends a watch whose buffer overflowed. Resuming from
+// ResumeFrom misses nothing.
+type SlowWatcherError struct {
+	ResumeFrom uint64
+}
+
+func (e *SlowWatcherError) Error() string {
+	return fmt.Sprintf("watcher too slow: buffer overflowed; resume from resourceVersion %d", e.ResumeFrom)
+}
+
+// WatchItem is one thing a watcher receives: an event with its stream sequence,
+// or a bookmark carrying the sequence up to which the watcher is complete.
+type WatchItem struct {
+	Seq      uint64
+	Event    *eventgatev1.Event // shared between watchers: never modify
+	Bookmark bool
+	// Trace is the span context of the emit that stored the event, if any.
+	Trace trace.SpanContext
+}
+
+// WatchOptions select what a watch receives.
+type WatchOptions struct {
+	// Subjects are NATS filter subjects; they must not overlap.
+	Subjects []string
+	// Match, when set, is applied in process to events the subjects select.
+	Match func(*eventgatev1.Event) bool
+	// After, when set, resumes after this stream sequence; nil starts live.
+	After *uint64
+	// Bookmarks is the bookmark interval; 0 sends none.
+	Bookmarks time.Duration
+	// Buffer bounds the events queued for a slow watcher (default 4096).
+	Buffer int
+	// Ready, when set, is called once the watch is established: the
+	// resourceVersion was accepted and live events are being collected.
+	Ready func()
+}

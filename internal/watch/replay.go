@@ -1,0 +1,172 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/eventgate/eventgate/internal/event"
+)
+
+// replay sends what o selects in (from, to] from JetStream and returns the
+// last sequence covered. It reads through a consumer of its own, which it
+// deletes when it returns however it ends (one made for a request that was
+// cancelled meanwhile included). If the server drops that consumer while
+// send is blocked (a watcher that stopped reading for longer than the
+// consumer's inactivity limit), it goes on from the cursor with a new one.
+func (h *Hub) replay(ctx context.Context, o event.WatchOptions, from, to uint64, send func(event.WatchItem) error) (uint64, error) {
+	var cons jetstream.Consumer
+	defer func() {
+		if cons != nil {
+			h.deleteConsumer(ctx, cons.CachedInfo().Name)
+		}
+	}()
+	var pending uint64
+	cursor, again := from, false
+	for cursor < to {
+		if cons == nil {
+			// Watch checked that the stream holds what follows from; a
+			// consumer made again must find it still held.
+			c, err := h.replayConsumer(ctx, o, cursor, again)
+			if err != nil {
+				return cursor, err
+			}
+			cons, pending, again = c, c.CachedInfo().NumPending, true
+		}
+		if pending == 0 {
+			break
+		}
+		select {
+		case <-h.done:
+			return cursor, event.ErrWatchStopped
+		default:
+		}
+		var err error
+		cursor, pending, err = h.replayBatch(ctx, cons, o, cursor, pending, to, send)
+		switch {
+		case err == nil, errors.Is(err, nats.ErrTimeout):
+		case consumerGone(err):
+			// Dropped while the watcher did not read: go on from the cursor.
+			h.deleteConsumer(ctx, cons.CachedInfo().Name)
+			cons = nil
+		default:
+			return cursor, err
+		}
+	}
+	// Everything in (cursor, to] that the subjects select was sent or did not match.
+	return to, nil
+}
+
+// replayBatch fetches and sends one batch of a replay, from cursor with
+// pending messages left, and returns the new cursor and pending count. An
+// error of send is returned as it is; one of the consumer is wrapped.
+func (h *Hub) replayBatch(ctx context.Context, cons jetstream.Consumer, o event.WatchOptions, cursor, pending, to uint64, send func(event.WatchItem) error) (uint64, uint64, error) {
+	batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		return cursor, pending, fmt.Errorf("watch replay: %w", err)
+	}
+	got := 0
+	for msg := range batch.Messages() {
+		got++
+		meta, err := msg.Metadata()
+		if err != nil {
+			continue
+		}
+		seq := meta.Sequence.Stream
+		pending = meta.NumPending
+		if seq > to {
+			pending = 0
+			continue
+		}
+		ev, err := event.Unmarshal(msg.Data())
+		if err != nil {
+			h.metrics.decodeErrors.Inc()
+			continue
+		}
+		cursor = seq
+		if o.Match != nil && !o.Match(ev) {
+			continue
+		}
+		ev.ResourceVersion = strconv.FormatUint(seq, 10)
+		if err := send(event.WatchItem{Seq: seq, Event: ev}); err != nil {
+			return cursor, pending, err
+		}
+	}
+	if err := batch.Error(); err != nil {
+		return cursor, pending, fmt.Errorf("watch replay: %w", err)
+	}
+	if got == 0 {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return cursor, pending, fmt.Errorf("watch replay: %w", err)
+		}
+		pending = info.NumPending
+	}
+	return cursor, pending, nil
+}
+
+// replayConsumer makes a consumer of what o selects after sequence after;
+// with check, it fails with event.ErrTooOld when the stream no longer holds all
+// of them.
+func (h *Hub) replayConsumer(ctx context.Context, o event.WatchOptions, after uint64, check bool) (jetstream.Consumer, error) {
+	cfg := jetstream.ConsumerConfig{
+		// Named here, so that it can be deleted even if the request that
+		// made it is cancelled before the answer.
+		Name:              "watch_" + nuid.Next(),
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       after + 1,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: time.Minute,
+		MemoryStorage:     true,
+		Replicas:          1,
+	}
+	if len(o.Subjects) == 1 {
+		cfg.FilterSubject = o.Subjects[0]
+	} else {
+		cfg.FilterSubjects = o.Subjects
+	}
+	// Made whether or not the watch is cancelled meanwhile, then deleted
+	// by the caller: a delete sent while the create is still under way
+	// could be served first and leave the consumer behind.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	cons, err := h.stream.CreateConsumer(cctx, cfg)
+	cancel()
+	if err != nil {
+		h.deleteConsumer(ctx, cfg.Name)
+		return nil, fmt.Errorf("watch replay: %w", err)
+	}
+	if !check {
+		return cons, nil
+	}
+	info, err := h.stream.Info(ctx)
+	if err != nil {
+		h.deleteConsumer(ctx, cfg.Name)
+		return nil, fmt.Errorf("watch replay: stream info: %w", err)
+	}
+	if after+1 < info.State.FirstSeq {
+		h.deleteConsumer(ctx, cfg.Name)
+		return nil, fmt.Errorf("%w: %d; the oldest kept is %d", event.ErrTooOld, after, info.State.FirstSeq)
+	}
+	return cons, nil
+}
+
+// deleteConsumer deletes a replay consumer, whatever became of ctx.
+func (h *Hub) deleteConsumer(ctx context.Context, name string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := h.stream.DeleteConsumer(dctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		h.log.Debug("watch replay: delete consumer", "consumer", name, "err", err)
+	}
+}
+
+// consumerGone reports whether err says the replay consumer no longer
+// exists (the server deleted it as inactive).
+func consumerGone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, nats.ErrNoResponders)
+}
