@@ -100,9 +100,10 @@ type Gateway struct {
 	closeOnce sync.Once
 }
 
-// New builds a gateway: it starts or connects to NATS, ensures the stream,
-// starts the watch feed and prepares the servers. Close releases what New
-// acquired when Serve is not called.
+// New builds a gateway, in steps: telemetry, the log (NATS, the events
+// stream, the watch feed), the store and its ingest, the intake, the
+// services, the gRPC servers, readiness, and the HTTP server. Close
+// releases what New acquired when Serve is not called.
 func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Option) (g *Gateway, err error) {
 	var o options
 	for _, opt := range opts {
@@ -119,93 +120,134 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	}()
 	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	if o.tracerProvider != nil {
-		g.tp = o.tracerProvider
-	} else {
-		tp, err := telemetry.NewTracerProvider(ctx, cfg.OTLPEndpoint, Version)
-		if err != nil {
-			return nil, err
-		}
-		g.tp = tp
-		g.shutdown = append(g.shutdown, tp.Shutdown)
+	if err := g.startTelemetry(ctx, o); err != nil {
+		return nil, err
 	}
-
-	if cfg.NATS.URL == "" {
-		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-			return nil, fmt.Errorf("data dir: %w", err)
-		}
-		dir, _ := filepath.Abs(cfg.DataDir)
-		g.ns, err = ejs.Embedded(dir, cfg.NATS.Listen)
-		if err != nil {
-			return nil, err
-		}
-		log.Info("embedded NATS JetStream started", "store", filepath.Join(dir, "jetstream"), "listen", cfg.NATS.Listen)
+	if err := g.startLog(ctx); err != nil {
+		return nil, err
 	}
-	g.nc, err = ejs.Connect(cfg.NATS, g.ns, "eventgate-gateway")
+	if err := g.startStore(ctx); err != nil {
+		return nil, err
+	}
+	in, err := g.startIntake(ctx)
 	if err != nil {
 		return nil, err
-	}
-	g.js, err = ejs.NewJetStream(g.nc)
-	if err != nil {
-		return nil, err
-	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if _, err := ejs.EnsureStream(sctx, g.js, cfg.NATS); err != nil {
-		return nil, err
-	}
-	g.hub, err = watch.Start(sctx, g.js, cfg.NATS.Stream, log, watch.NewMetrics(g.registry))
-	if err != nil {
-		return nil, err
-	}
-
-	chcfg := cfg.ClickHouse
-	if chcfg.DSN == "" && chcfg.DataDir == "" {
-		dir, _ := filepath.Abs(cfg.DataDir)
-		chcfg.DataDir = filepath.Join(dir, "clickhouse")
-	}
-	if g.store, err = clickhouse.Open(ctx, chcfg, log); err != nil {
-		return nil, err
-	}
-	// Not ctx: it ends at the signal to stop, and would abort the batch in
-	// hand (its deliveries would come back only after the ack wait). Close
-	// stops ingest gracefully, within ShutdownTimeout.
-	w, err := g.store.NewWriter()
-	if err != nil {
-		return nil, err
-	}
-	if g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, w, cfg.Ingest, log, g.registry); err != nil {
-		return nil, err
-	}
-
-	var in service.Intake
-	if cfg.Series {
-		icfg := cfg.Intake
-		icfg.EventsStream = cfg.NATS.Stream
-		icfg.Replicas = cfg.NATS.Replicas
-		if g.intake, err = intake.Start(ctx, g.nc, g.js, icfg, log, g.registry); err != nil {
-			return nil, err
-		}
-		in = g.intake
 	}
 	lim, err := limits.New(cfg.Limits, g.registry)
 	if err != nil {
 		return nil, fmt.Errorf("limits: %w", err)
 	}
-	events := service.NewEvents(service.EventsConfig{
+	g.events = service.NewEvents(service.EventsConfig{
 		Normalizer:  event.Normalizer{Limits: cfg.Events},
 		MaxBatch:    cfg.MaxBatch,
 		WatchBuffer: cfg.WatchBuffer,
 		Intake:      in,
 		Limits:      lim,
 	}, ejs.NewPublisher(g.js, cfg.NATS.Stream), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))
-	g.events = events
-	g.calls = &callTracker{}
 	analytics := service.NewAnalytics(g.store, g.ingest, log).WithTenantLimits(lim)
+	if err := g.newServers(analytics); err != nil {
+		return nil, err
+	}
+	g.ready = g.newReadiness()
+	if err := g.newHTTP(ctx); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
 
+// startTelemetry sets up tracing: the provider given, or the gateway's own.
+func (g *Gateway) startTelemetry(ctx context.Context, o options) error {
+	if o.tracerProvider != nil {
+		g.tp = o.tracerProvider
+		return nil
+	}
+	tp, err := telemetry.NewTracerProvider(ctx, g.cfg.OTLPEndpoint, Version)
+	if err != nil {
+		return err
+	}
+	g.tp = tp
+	g.shutdown = append(g.shutdown, tp.Shutdown)
+	return nil
+}
+
+// startLog starts the embedded NATS server (or connects to the configured
+// one), ensures the events stream and starts the watch feed.
+func (g *Gateway) startLog(ctx context.Context) error {
+	cfg, log := g.cfg, g.log
+	var err error
+	if cfg.NATS.URL == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+		dir, _ := filepath.Abs(cfg.DataDir)
+		if g.ns, err = ejs.Embedded(dir, cfg.NATS.Listen); err != nil {
+			return err
+		}
+		log.Info("embedded NATS JetStream started", "store", filepath.Join(dir, "jetstream"), "listen", cfg.NATS.Listen)
+	}
+	if g.nc, err = ejs.Connect(cfg.NATS, g.ns, "eventgate-gateway"); err != nil {
+		return err
+	}
+	if g.js, err = ejs.NewJetStream(g.nc); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := ejs.EnsureStream(sctx, g.js, cfg.NATS); err != nil {
+		return err
+	}
+	g.hub, err = watch.Start(sctx, g.js, cfg.NATS.Stream, log, watch.NewMetrics(g.registry))
+	return err
+}
+
+// startStore opens the event store and starts the ingest that fills it
+// from the events stream.
+func (g *Gateway) startStore(ctx context.Context) error {
+	cfg := g.cfg
+	chcfg := cfg.ClickHouse
+	if chcfg.DSN == "" && chcfg.DataDir == "" {
+		dir, _ := filepath.Abs(cfg.DataDir)
+		chcfg.DataDir = filepath.Join(dir, "clickhouse")
+	}
+	var err error
+	if g.store, err = clickhouse.Open(ctx, chcfg, g.log); err != nil {
+		return err
+	}
+	// Not ctx: it ends at the signal to stop, and would abort the batch in
+	// hand (its deliveries would come back only after the ack wait). Close
+	// stops ingest gracefully, within ShutdownTimeout.
+	w, err := g.store.NewWriter()
+	if err != nil {
+		return err
+	}
+	g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, w, cfg.Ingest, g.log, g.registry)
+	return err
+}
+
+// startIntake starts the server-side series intake, when configured; nil
+// otherwise (events are stored as they are).
+func (g *Gateway) startIntake(ctx context.Context) (service.Intake, error) {
+	if !g.cfg.Series {
+		return nil, nil
+	}
+	icfg := g.cfg.Intake
+	icfg.EventsStream = g.cfg.NATS.Stream
+	icfg.Replicas = g.cfg.NATS.Replicas
+	var err error
+	if g.intake, err = intake.Start(ctx, g.nc, g.js, icfg, g.log, g.registry); err != nil {
+		return nil, err
+	}
+	return g.intake, nil
+}
+
+// newServers builds the authenticator and the two gRPC servers: the
+// public one, and the REST gateway's in-process one.
+func (g *Gateway) newServers(analytics *service.Analytics) error {
+	cfg, log := g.cfg, g.log
+	g.calls = &callTracker{}
 	auth, err := authz.New(cfg.Auth, log, g.registry)
 	if err != nil {
-		return nil, fmt.Errorf("authentication: %w", err)
+		return fmt.Errorf("authentication: %w", err)
 	}
 	g.auth = auth
 	if !auth.Enabled() {
@@ -230,7 +272,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		}, extra...)
 		srv := grpc.NewServer(opts...)
-		eventgatev1.RegisterEventServiceServer(srv, events)
+		eventgatev1.RegisterEventServiceServer(srv, g.events)
 		eventgatev1.RegisterAnalyticsServiceServer(srv, analytics)
 		healthpb.RegisterHealthServer(srv, g.health)
 		reflection.Register(srv)
@@ -241,7 +283,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	if cfg.TLS.Enabled() {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
+			return fmt.Errorf("tls: %w", err)
 		}
 		g.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		if cas := auth.ClientCAs(); cas != nil {
@@ -254,8 +296,14 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// no transport security; callers authenticate with their bearer token,
 	// which the REST gateway forwards.
 	g.grpcInproc = newServer()
+	return nil
+}
 
-	g.ready = newReadiness(map[string]func(context.Context) error{
+// newReadiness is what /readyz checks: the stream, the store, and that the
+// ingest keeps up.
+func (g *Gateway) newReadiness() *readiness {
+	cfg := g.cfg
+	return newReadiness(map[string]func(context.Context) error{
 		"jetstream": func(ctx context.Context) error {
 			_, err := g.js.Stream(ctx, cfg.NATS.Stream)
 			return err
@@ -272,25 +320,29 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 			return nil
 		},
 	})
+}
 
-	// The REST gateway is a client of the gRPC server over an in-memory
-	// connection, so every interceptor runs for REST too and streams work.
+// newHTTP builds the HTTP server. The REST gateway is a client of the gRPC
+// server over an in-memory connection, so every interceptor runs for REST
+// too and streams work.
+func (g *Gateway) newHTTP(ctx context.Context) error {
 	g.inproc = bufconn.Listen(1 << 20)
+	var err error
 	g.proxy, err = grpc.NewClient("passthrough:///eventgate-inproc",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return g.inproc.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(g.tp), otelgrpc.WithPropagators(telemetry.Propagator))),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxRequestBytes), grpc.MaxCallRecvMsgSize(64<<20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(g.cfg.MaxRequestBytes), grpc.MaxCallRecvMsgSize(64<<20)),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("rest proxy connection: %w", err)
+		return fmt.Errorf("rest proxy connection: %w", err)
 	}
 	handler, err := newHTTPHandler(ctx, g)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	g.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	return g, nil
+	return nil
 }
 
 // Serve serves gRPC on grpcLis and HTTP on httpLis until ctx ends, then
