@@ -35,11 +35,17 @@ func limitEmit(lim *limits.Limiter, p *authz.Principal, evs []*eventgatev1.Event
 			i++
 		}
 		if i == len(batch) {
-			batch = append(batch, limits.TenantEvents{Tenant: t, Objects: map[string]int{}})
+			te := limits.TenantEvents{Tenant: t}
+			if lim.Tenant(t).ObjectEmitRate > 0 { // keyed only when limited: off by default
+				te.Objects = map[string]int{}
+			}
+			batch = append(batch, te)
 		}
-		r := ev.GetRegarding()
 		batch[i].Events++
-		batch[i].Objects[limits.ObjectKey(ev.GetReportingController(), r.GetApiVersion(), r.GetKind(), r.GetNamespace(), r.GetName(), r.GetUid())]++
+		if batch[i].Objects != nil {
+			r := ev.GetRegarding()
+			batch[i].Objects[limits.ObjectKey(ev.GetReportingController(), r.GetApiVersion(), r.GetKind(), r.GetNamespace(), r.GetName(), r.GetUid())]++
+		}
 	}
 	return lim.Emit(p.Name, batch)
 }
