@@ -23,7 +23,7 @@ func TestLimitsSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := cfg.Limits
-	if l.Tenant.EmitRate != 200 || l.Tenant.Watches != 7 || l.Tenant.MaxQueryWindow != 48*time.Hour || l.Tenant.EmitBurst != 20_000 {
+	if l.Tenant.EmitRate != 200 || l.Tenant.Watches != 7 || l.Tenant.MaxQueryWindow != 48*time.Hour || l.Tenant.EmitBurst != 100_000 {
 		t.Errorf("tenant defaults %+v, want emitRate 200 (flag), watches 7 (environment), maxQueryWindow 48h, emitBurst 20000 (default)", l.Tenant)
 	}
 	if o := l.Tenants["project/shop"]; o.EmitRate == nil || *o.EmitRate != 50000 || o.MaxRowsToRead == nil || *o.MaxRowsToRead != 5 || o.Watches != nil {

@@ -20,8 +20,8 @@ import (
 // Config is the `limits:` section of the configuration file:
 //
 //	limits:
-//	  tenant: {emitRate: 10000, emitBurst: 20000, watches: 1000, queries: 16}
-//	  principal: {emitRate: 50000, emitBurst: 100000, watches: 5000}
+//	  tenant: {emitRate: 50000, emitBurst: 100000, watches: 1000, queries: 16}
+//	  principal: {emitRate: 100000, emitBurst: 200000, watches: 5000}
 //	  tenants:
 //	    project/shop: {emitRate: 50000, emitBurst: 100000, maxRowsToRead: 1000000000}
 //	    user/*: {emitRate: 50, emitBurst: 100}
@@ -125,21 +125,22 @@ func (o Override) apply(l Limits) Limits {
 	return l
 }
 
-// Defaults. A tenant may emit 10,000 events/s (bursts of 20,000: a full
-// batch of the largest size fits many times), a principal, which may write
-// to many tenants, 50,000/s; the gateway on 2 cores takes about 20,000/s in
-// all, so the defaults stop a runaway client, and operators lower them for
-// tenants that share a small gateway. A query without since reads the last
+// Defaults. A tenant may emit 50,000 events/s (bursts of 100,000), a
+// principal, which may write to many tenants, 100,000/s: above what one
+// gateway on a small machine takes in all, so that a single-tenant
+// installation is never throttled by default, while a runaway client of a
+// larger cluster is; operators lower them for tenants that share a
+// gateway. A query without since reads the last
 // 7 days; no window is longer than 31 days (as analytics), and one
 // statement stops after 30 s, 1 billion rows or 100 GiB read.
 func DefaultConfig() Config {
 	return Config{
 		Tenant: Limits{
-			EmitRate: 10_000, EmitBurst: 20_000, Watches: 1000, Queries: 16,
+			EmitRate: 50_000, EmitBurst: 100_000, Watches: 1000, Queries: 16,
 			QueryWindow: 7 * 24 * time.Hour, MaxQueryWindow: 31 * 24 * time.Hour,
 			MaxExecutionTime: 30 * time.Second, MaxRowsToRead: 1_000_000_000, MaxBytesToRead: 100 << 30,
 		},
-		Principal: Limits{EmitRate: 50_000, EmitBurst: 100_000, Watches: 5000},
+		Principal: Limits{EmitRate: 100_000, EmitBurst: 200_000, Watches: 5000},
 	}
 }
 
