@@ -1,6 +1,15 @@
-// Package ingest copies the events stream into the event store: a durable
-// JetStream pull consumer shared by every gateway replica, whose ack floor
-// is the stream sequence up to which the store holds every event.
+// Package ingest copies the events stream into the event store through a
+// durable JetStream pull consumer whose ack floor is the stream sequence up
+// to which the store holds every event.
+//
+// Which replicas share a consumer follows which share a store. Replicas on
+// one ClickHouse share one consumer (DefaultConsumer), each message going to
+// one of them. A replica on an embedded engine has a store of its own, so
+// it has a consumer of its own (StoreConsumer, named after its replica id,
+// recording its store id) that copies the whole stream: N replicas are N
+// full read replicas, and each answers queries at its own ack floor. The
+// server deletes such a consumer once its replica has been gone for
+// Config.ConsumerTTL.
 package ingest
 
 import (
@@ -42,11 +51,13 @@ type Writer interface {
 type Consumer struct {
 	js     jetstream.JetStream
 	stream string
-	cons   jetstream.Consumer
-	w      Writer
-	cfg    Config
-	log    *slog.Logger
-	m      *Metrics
+	// cons is replaced when a store's own consumer was deleted by the
+	// server (its replica was gone longer than ConsumerTTL).
+	cons atomic.Pointer[jetstream.Consumer]
+	w    Writer
+	cfg  Config
+	log  *slog.Logger
+	m    *Metrics
 
 	// alive is when the inserter last showed progress (an insert attempt
 	// ended); the fetcher keeps a waiting batch only while it is recent.
@@ -68,24 +79,17 @@ func Start(ctx context.Context, js jetstream.JetStream, stream string, w Writer,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:       cfg.Durable,
-		Description:   "eventgate: copies events into ClickHouse; the ack floor is what ClickHouse holds",
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    -1,
-		MaxAckPending: cfg.MaxAckPending,
-	})
+	cons, err := openConsumer(ctx, js, stream, cfg, log)
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
+		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	in := &Consumer{
-		js: js, stream: stream, cons: cons, w: w, cfg: cfg, log: log.With("consumer", cfg.Durable),
+		js: js, stream: stream, w: w, cfg: cfg, log: log.With("consumer", cfg.Durable),
 		m: newMetrics(reg), stop: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
 	}
+	in.cons.Store(&cons)
 	// The caller's context ending aborts ingest (Stop is the graceful way).
 	stopWatch := context.AfterFunc(ctx, cancel)
 	in.wg.Add(2)
@@ -103,8 +107,73 @@ func Start(ctx context.Context, js jetstream.JetStream, stream string, w Writer,
 		cancel()
 		close(in.done)
 	}()
-	in.log.Info("clickhouse ingest started", "stream", stream, "batch_size", cfg.BatchSize, "batch_wait", cfg.BatchWait)
+	in.m.info.WithLabelValues(cfg.Durable, cfg.StoreID).Set(1)
+	in.log.Info("clickhouse ingest started", "stream", stream, "store", cfg.StoreID, "batch_size", cfg.BatchSize, "batch_wait", cfg.BatchWait)
 	return in, nil
+}
+
+// openConsumer creates (or updates) the durable consumer. A store's own
+// consumer found recording another store is deleted first: its ack floor
+// speaks for a store that is gone.
+func openConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg Config, log *slog.Logger) (jetstream.Consumer, error) {
+	cc := jetstream.ConsumerConfig{
+		Durable:       cfg.Durable,
+		Description:   "eventgate: copies events into ClickHouse; the ack floor is what ClickHouse holds",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: cfg.MaxAckPending,
+	}
+	if cfg.StoreID != "" {
+		cc.Description = "eventgate: copies every event into the store " + cfg.StoreID + "; the ack floor is what it holds"
+		cc.InactiveThreshold = cfg.ConsumerTTL
+		cc.Metadata = map[string]string{MetadataStore: cfg.StoreID}
+		old, err := js.Consumer(ctx, stream, cfg.Durable)
+		switch {
+		case err == nil:
+			if got := old.CachedInfo().Config.Metadata[MetadataStore]; got != cfg.StoreID {
+				log.Warn("clickhouse ingest: the consumer records another store; recreating it from the start of the stream",
+					"consumer", cfg.Durable, "store", cfg.StoreID, "recorded_store", got)
+				if err := js.DeleteConsumer(ctx, stream, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+					return nil, fmt.Errorf("clickhouse ingest: delete consumer %s of another store: %w", cfg.Durable, err)
+				}
+			}
+		case !errors.Is(err, jetstream.ErrConsumerNotFound):
+			return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
+		}
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, cc)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
+	}
+	return cons, nil
+}
+
+// consumer is the current consumer handle.
+func (in *Consumer) consumer() jetstream.Consumer { return *in.cons.Load() }
+
+// reopen recreates a store's own consumer after the server deleted it
+// (its replica was gone longer than ConsumerTTL, or an operator removed
+// it): the new one starts from the beginning of the stream, which the
+// store deduplicates. It reports whether the consumer was recreated.
+func (in *Consumer) reopen(ctx context.Context) bool {
+	if in.cfg.StoreID == "" {
+		return false
+	}
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := in.js.Consumer(octx, in.stream, in.cfg.Durable); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false
+	}
+	cons, err := openConsumer(octx, in.js, in.stream, in.cfg, in.log)
+	if err != nil {
+		in.log.Warn("clickhouse ingest: recreating the deleted consumer failed", "err", err)
+		return false
+	}
+	in.cons.Store(&cons)
+	in.log.Warn("clickhouse ingest: the consumer had been deleted; recreated from the start of the stream")
+	return true
 }
 
 // Stop ends ingest gracefully: the batch in hand is inserted and
@@ -183,6 +252,9 @@ func (in *Consumer) fetchLoop(ctx context.Context, out chan<- *batch) {
 		msgs, err := in.fetch()
 		if err != nil {
 			in.m.errors.WithLabelValues("fetch").Inc()
+			if in.reopen(ctx) {
+				continue
+			}
 			in.log.Warn("clickhouse ingest: fetch failed; retrying", "err", err, "backoff", backoff)
 			if !in.sleep(ctx, backoff, false) {
 				return
@@ -261,7 +333,7 @@ func (in *Consumer) decode(msgs []jetstream.Msg) *batch {
 // fetch pulls up to BatchSize messages, waiting at most BatchWait: the
 // batch's size and time thresholds.
 func (in *Consumer) fetch() ([]jetstream.Msg, error) {
-	batch, err := in.cons.Fetch(in.cfg.BatchSize, jetstream.FetchMaxWait(in.cfg.BatchWait))
+	batch, err := in.consumer().Fetch(in.cfg.BatchSize, jetstream.FetchMaxWait(in.cfg.BatchWait))
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ type Metrics struct {
 	oldestAge prometheus.Gauge
 	ackFloor  prometheus.Gauge
 	errors    *prometheus.CounterVec
+	info      *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *Metrics {
@@ -38,11 +39,13 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_clickhouse_ingest_errors_total",
 			Help: "Ingest errors by stage: fetch, decode (message terminated), minutes (per-minute header ignored), insert (retried), ack, lag."}, []string{"stage"}),
 	}
+	m.info = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "eventgate_clickhouse_ingest_consumer_info",
+		Help: "The ingest consumer of this gateway (1): its name, and the store it copies into when the store is its own (empty when shared)."}, []string{"consumer", "store"})
 	for _, s := range []string{"fetch", "decode", "minutes", "insert", "ack", "lag"} {
 		m.errors.WithLabelValues(s)
 	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.batches, m.duration, m.pending, m.oldestAge, m.ackFloor, m.errors)
+		reg.MustRegister(m.rows, m.batches, m.duration, m.pending, m.oldestAge, m.ackFloor, m.errors, m.info)
 	}
 	return m
 }
@@ -65,7 +68,7 @@ func (in *Consumer) lagLoop(ctx context.Context) {
 }
 
 func (in *Consumer) refreshLag(ctx context.Context) {
-	info, err := in.cons.Info(ctx)
+	info, err := in.consumer().Info(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			in.m.errors.WithLabelValues("lag").Inc()
@@ -86,7 +89,7 @@ func (in *Consumer) refreshLag(ctx context.Context) {
 // which every message is in ClickHouse (or was undecodable and dropped).
 // It is the resourceVersion to pass to Store.Query.
 func (in *Consumer) AckFloor(ctx context.Context) (uint64, error) {
-	info, err := in.cons.Info(ctx)
+	info, err := in.consumer().Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("clickhouse ingest: consumer info: %w", err)
 	}
@@ -94,10 +97,10 @@ func (in *Consumer) AckFloor(ctx context.Context) (uint64, error) {
 }
 
 // Lag returns the messages not yet acknowledged (undelivered plus in flight,
-// across all replicas) and the age of the oldest of them (0 when caught up),
+// across the replicas sharing the consumer) and the age of the oldest of them (0 when caught up),
 // for readiness.
 func (in *Consumer) Lag(ctx context.Context) (pending uint64, oldestAge time.Duration, err error) {
-	info, err := in.cons.Info(ctx)
+	info, err := in.consumer().Info(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("clickhouse ingest: consumer info: %w", err)
 	}
