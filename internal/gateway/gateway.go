@@ -94,6 +94,7 @@ type Gateway struct {
 	proxy      *grpc.ClientConn
 	httpSrv    *http.Server
 	ready      *readiness
+	replica    *replica
 	auth       *authz.Authenticator
 
 	closeOnce sync.Once
@@ -160,6 +161,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		dir, _ := filepath.Abs(cfg.DataDir)
 		chcfg.DataDir = filepath.Join(dir, "clickhouse")
 	}
+	if g.replica, err = resolveReplica(cfg, log); err != nil {
+		return nil, err
+	}
+	g.replica.registerMetrics(g.registry)
+	log.Info("replica", "id", g.replica.ID, "store", g.replica.Store, "own_store", g.replica.Own, "ingest_consumer", g.replica.Consumer)
 	if g.store, err = clickhouse.Open(ctx, chcfg, log); err != nil {
 		return nil, err
 	}
@@ -170,7 +176,14 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	if err != nil {
 		return nil, err
 	}
-	if g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, w, cfg.Ingest, log, g.registry); err != nil {
+	// Replicas share a consumer only when they share a store: an embedded
+	// engine is this replica's alone and must see the whole stream.
+	icfg := cfg.Ingest
+	icfg.Durable = g.replica.Consumer
+	if g.replica.Own {
+		icfg.StoreID = g.replica.Store
+	}
+	if g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, w, icfg, log, g.registry); err != nil {
 		return nil, err
 	}
 
@@ -252,16 +265,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 			return err
 		},
 		"clickhouse": func(ctx context.Context) error { return g.store.Ping(ctx) },
-		"ingest": func(ctx context.Context) error {
-			pending, age, err := g.ingest.Lag(ctx)
-			if err != nil {
-				return err
-			}
-			if age > cfg.ReadyMaxIngestLag {
-				return fmt.Errorf("%d events not yet in ClickHouse, the oldest for %s", pending, age.Round(time.Second))
-			}
-			return nil
-		},
+		"ingest":     g.replica.ingestCheck(g.ingest, cfg.ReadyMaxIngestLag),
 	})
 
 	// The REST gateway is a client of the gRPC server over an in-memory
