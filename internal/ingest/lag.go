@@ -97,14 +97,22 @@ func (in *Consumer) AckFloor(ctx context.Context) (uint64, error) {
 }
 
 // Lag returns the messages not yet acknowledged (undelivered plus in flight,
-// across the replicas sharing the consumer) and the age of the oldest of them (0 when caught up),
-// for readiness.
+// across the replicas sharing the consumer) and the age of the oldest of
+// them (0 when caught up), for readiness. It refreshes the lag gauges too,
+// so that they stay current while ingest is stopped or stuck.
 func (in *Consumer) Lag(ctx context.Context) (pending uint64, oldestAge time.Duration, err error) {
 	info, err := in.consumer().Info(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("clickhouse ingest: consumer info: %w", err)
 	}
-	return in.lagFrom(ctx, info)
+	in.m.ackFloor.Set(float64(info.AckFloor.Stream))
+	pending, oldestAge, err = in.lagFrom(ctx, info)
+	if err != nil {
+		return pending, oldestAge, err
+	}
+	in.m.pending.Set(float64(pending))
+	in.m.oldestAge.Set(oldestAge.Seconds())
+	return pending, oldestAge, nil
 }
 
 func (in *Consumer) lagFrom(ctx context.Context, info *jetstream.ConsumerInfo) (uint64, time.Duration, error) {
