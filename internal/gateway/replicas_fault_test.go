@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
+	"github.com/eventgate/eventgate/internal/clickhouse/chdbhttp"
 	"github.com/eventgate/eventgate/internal/natstest"
 )
 
@@ -174,21 +176,49 @@ func (e *emitter) emitWhile(stop <-chan struct{}, replicas ...*replicaProcess) <
 
 // TestEmbeddedReplicasEachReturnEveryEvent runs two gateway processes,
 // each on an embedded engine of its own, on a 3-node NATS cluster with a
-// replicated stream. While both take events, the stream's leader node is
-// lost (and later restarted) and then one replica is killed with SIGKILL
-// and restarted on its data directory. Afterwards a Query to each replica
-// returns every acknowledged event exactly once: each replica's store
-// copies the whole stream through an ingest consumer of its own.
+// replicated stream, through the faults of replicaFaults. A Query to each
+// replica returns every acknowledged event exactly once: each replica's
+// store copies the whole stream through an ingest consumer of its own.
 func TestEmbeddedReplicasEachReturnEveryEvent(t *testing.T) {
+	replicaFaults(t, nil, func(t *testing.T, a, b readyReplica) {
+		if !a.OwnStore || !b.OwnStore || a.ID == b.ID || a.IngestConsumer == b.IngestConsumer || a.IngestConsumer != "ingest-"+a.ID {
+			t.Fatalf("replicas %+v and %+v: want distinct ids, each with an own store and consumer ingest-<id>", a, b)
+		}
+	})
+}
+
+// TestSharedClickHouseReplicasEachReturnEveryEvent is the same with both
+// replicas on one ClickHouse over clickhouse-go (the engine served over
+// ClickHouse's HTTP interface): they share one ingest consumer.
+func TestSharedClickHouseReplicasEachReturnEveryEvent(t *testing.T) {
+	e, err := chdb.Open(chdb.Options{DataDir: chDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	addr := chdbhttp.Start(t, e)
+	shared := []string{"--clickhouse-dsn", "http://" + addr, "--clickhouse-database", databaseFor(t.TempDir())}
+	replicaFaults(t, shared, func(t *testing.T, a, b readyReplica) {
+		if a.OwnStore || b.OwnStore || a.ID == b.ID || a.IngestConsumer != "clickhouse-ingest" || b.IngestConsumer != "clickhouse-ingest" {
+			t.Fatalf("replicas %+v and %+v: want distinct ids sharing the store and consumer clickhouse-ingest", a, b)
+		}
+	})
+}
+
+// replicaFaults runs two gateway processes (with extra flags) on a 3-node
+// NATS cluster with a replicated stream. While both take events, the
+// stream's leader node is lost (and later restarted), then one replica is
+// killed with SIGKILL and restarted on its data directory. Afterwards a
+// Query to each replica must return every acknowledged event exactly once.
+// checkReplicas checks the two replicas' identities from /readyz.
+func replicaFaults(t *testing.T, extra []string, checkReplicas func(t *testing.T, a, b readyReplica)) {
 	cl := natstest.StartCluster(t, 3)
 	bin := buildGateway(t)
-	flags := []string{"--nats-url", cl.URL(), "--stream-replicas", "3", "--intake-decision-timeout", "1s", "--ready-max-ingest-lag", "2m"}
+	flags := append([]string{"--nats-url", cl.URL(), "--stream-replicas", "3", "--intake-decision-timeout", "1s", "--ready-max-ingest-lag", "2m"}, extra...)
 	a := startReplica(t, bin, t.TempDir(), flags...)
 	b := startReplica(t, bin, t.TempDir(), flags...)
 	ra, rb := replicaOf(t, a.httpURL), replicaOf(t, b.httpURL)
-	if !ra.OwnStore || !rb.OwnStore || ra.ID == rb.ID || ra.IngestConsumer == rb.IngestConsumer || ra.IngestConsumer != "ingest-"+ra.ID {
-		t.Fatalf("replicas %+v and %+v: want distinct ids, each with an own store and consumer ingest-<id>", ra, rb)
-	}
+	checkReplicas(t, ra, rb)
 
 	e := &emitter{acked: map[string]bool{}}
 	phase := func(name string, n int, replicas ...*replicaProcess) {
