@@ -174,20 +174,24 @@ func (e *emitter) emitWhile(stop <-chan struct{}, replicas ...*replicaProcess) <
 	return done
 }
 
-// TestEmbeddedReplicasEachReturnEveryEvent runs two gateway processes,
-// each on an embedded engine of its own, on a 3-node NATS cluster with a
-// replicated stream, through the faults of replicaFaults. A Query to each
-// replica returns every acknowledged event exactly once: each replica's
-// store copies the whole stream through an ingest consumer of its own.
+// TestEmbeddedReplicasEachReturnEveryEvent runs three gateway processes,
+// each on an embedded engine of its own, through the faults of
+// replicaFaults. A Query to each replica returns every acknowledged event
+// exactly once: each replica's store copies the whole stream through an
+// ingest consumer of its own.
 func TestEmbeddedReplicasEachReturnEveryEvent(t *testing.T) {
-	replicaFaults(t, nil, func(t *testing.T, a, b readyReplica) {
-		if !a.OwnStore || !b.OwnStore || a.ID == b.ID || a.IngestConsumer == b.IngestConsumer || a.IngestConsumer != "ingest-"+a.ID {
-			t.Fatalf("replicas %+v and %+v: want distinct ids, each with an own store and consumer ingest-<id>", a, b)
+	replicaFaults(t, 3, nil, func(t *testing.T, rs []readyReplica) {
+		ids := map[string]bool{}
+		for _, r := range rs {
+			if !r.OwnStore || r.IngestConsumer != "ingest-"+r.ID || ids[r.ID] {
+				t.Fatalf("replicas %+v: want distinct ids, each with an own store and consumer ingest-<id>", rs)
+			}
+			ids[r.ID] = true
 		}
 	})
 }
 
-// TestSharedClickHouseReplicasEachReturnEveryEvent is the same with both
+// TestSharedClickHouseReplicasEachReturnEveryEvent is the same with two
 // replicas on one ClickHouse over clickhouse-go (the engine served over
 // ClickHouse's HTTP interface): they share one ingest consumer.
 func TestSharedClickHouseReplicasEachReturnEveryEvent(t *testing.T) {
@@ -198,66 +202,75 @@ func TestSharedClickHouseReplicasEachReturnEveryEvent(t *testing.T) {
 	t.Cleanup(func() { _ = e.Close() })
 	addr := chdbhttp.Start(t, e)
 	shared := []string{"--clickhouse-dsn", "http://" + addr, "--clickhouse-database", databaseFor(t.TempDir())}
-	replicaFaults(t, shared, func(t *testing.T, a, b readyReplica) {
-		if a.OwnStore || b.OwnStore || a.ID == b.ID || a.IngestConsumer != "clickhouse-ingest" || b.IngestConsumer != "clickhouse-ingest" {
-			t.Fatalf("replicas %+v and %+v: want distinct ids sharing the store and consumer clickhouse-ingest", a, b)
+	replicaFaults(t, 2, shared, func(t *testing.T, rs []readyReplica) {
+		if rs[0].ID == rs[1].ID {
+			t.Fatalf("replicas %+v: want distinct ids", rs)
+		}
+		for _, r := range rs {
+			if r.OwnStore || r.IngestConsumer != "clickhouse-ingest" {
+				t.Fatalf("replicas %+v: want the store and consumer clickhouse-ingest shared", rs)
+			}
 		}
 	})
 }
 
-// replicaFaults runs two gateway processes (with extra flags) on a 3-node
-// NATS cluster with a replicated stream. While both take events, the
-// stream's leader node is lost (and later restarted), then one replica is
-// killed with SIGKILL and restarted on its data directory. Afterwards a
-// Query to each replica must return every acknowledged event exactly once.
-// checkReplicas checks the two replicas' identities from /readyz.
-func replicaFaults(t *testing.T, extra []string, checkReplicas func(t *testing.T, a, b readyReplica)) {
+// replicaFaults runs n gateway processes (with extra flags) on a 3-node
+// NATS cluster with a replicated stream. While all take events, the
+// stream's leader node is lost (and later restarted), then the first
+// replica is killed with SIGKILL and restarted on its data directory.
+// Afterwards a Query to each replica must return every acknowledged event
+// exactly once. checkReplicas checks the replicas' identities on /readyz.
+func replicaFaults(t *testing.T, n int, extra []string, checkReplicas func(t *testing.T, rs []readyReplica)) {
 	cl := natstest.StartCluster(t, 3)
 	bin := buildGateway(t)
 	flags := append([]string{"--nats-url", cl.URL(), "--stream-replicas", "3", "--intake-decision-timeout", "1s", "--ready-max-ingest-lag", "2m"}, extra...)
-	a := startReplica(t, bin, t.TempDir(), flags...)
-	b := startReplica(t, bin, t.TempDir(), flags...)
-	ra, rb := replicaOf(t, a.httpURL), replicaOf(t, b.httpURL)
-	checkReplicas(t, ra, rb)
+	ps := make([]*replicaProcess, n)
+	ids := make([]readyReplica, n)
+	for i := range ps {
+		ps[i] = startReplica(t, bin, t.TempDir(), flags...)
+		ids[i] = replicaOf(t, ps[i].httpURL)
+	}
+	checkReplicas(t, ids)
 
 	e := &emitter{acked: map[string]bool{}}
-	phase := func(name string, n int, replicas ...*replicaProcess) {
+	phase := func(name string, batches int, replicas ...*replicaProcess) {
 		t.Helper()
-		for i := 0; i < n; i++ {
+		for i := 0; i < batches; i++ {
 			e.emit(replicas...)
 		}
 		t.Logf("%s: %d events acknowledged so far", name, len(e.ackedUIDs()))
 	}
-	phase("both replicas, whole cluster", 10, a, b)
+	phase("all replicas, whole cluster", 10, ps...)
 
-	// Lose the stream's leader while both replicas take events.
+	// Lose the stream's leader while the replicas take events.
 	stop := make(chan struct{})
-	done := e.emitWhile(stop, a, b)
+	done := e.emitWhile(stop, ps...)
 	lost := streamLeader(t, cl)
 	cl.Stop(lost)
-	phase("leader node lost", 10, a, b)
+	phase("leader node lost", 10, ps...)
 	cl.Restart(t, lost)
 	close(stop)
 	<-done
-	phase("node back", 5, a, b)
+	phase("node back", 5, ps...)
 
-	// Kill replica a while both take events; b goes on alone, then a comes
-	// back on its data directory (same replica id, same consumer).
+	// Kill the first replica while all take events; the others go on, then
+	// it comes back on its data directory (same replica id, same consumer).
 	stop = make(chan struct{})
-	done = e.emitWhile(stop, a, b)
-	phase("before the kill", 4, a, b)
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	done = e.emitWhile(stop, ps...)
+	phase("before the kill", 4, ps...)
+	killed := ps[0]
+	if err := killed.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = a.cmd.Wait()
+	_ = killed.cmd.Wait()
 	close(stop)
 	<-done
-	phase("replica a killed", 10, b)
-	a = startReplica(t, bin, a.dir, flags...)
-	if got := replicaOf(t, a.httpURL); got.ID != ra.ID || got.IngestConsumer != ra.IngestConsumer {
-		t.Fatalf("replica a came back as %+v, was %+v", got, ra)
+	phase("first replica killed", 10, ps[1:]...)
+	ps[0] = startReplica(t, bin, killed.dir, flags...)
+	if got := replicaOf(t, ps[0].httpURL); got.ID != ids[0].ID || got.IngestConsumer != ids[0].IngestConsumer {
+		t.Fatalf("the killed replica came back as %+v, was %+v", got, ids[0])
 	}
-	phase("replica a back", 6, a, b)
+	phase("first replica back", 6, ps...)
 
 	acked := e.ackedUIDs()
 	if len(acked) < 1000 {
@@ -265,18 +278,15 @@ func replicaFaults(t *testing.T, extra []string, checkReplicas func(t *testing.T
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, r := range []struct {
-		name string
-		p    *replicaProcess
-	}{{"a", a}, {"b", b}} {
+	for i, p := range ps {
 		for {
-			seen, rv, err := queryCounts(ctx, r.p.client, "Fault")
+			seen, rv, err := queryCounts(ctx, p.client, "Fault")
 			if err != nil {
-				t.Fatalf("query replica %s: %v", r.name, err)
+				t.Fatalf("query replica %s: %v", ids[i].ID, err)
 			}
-			for uid, n := range seen {
-				if n != 1 {
-					t.Fatalf("replica %s returned event %s %d times", r.name, uid, n)
+			for uid, c := range seen {
+				if c != 1 {
+					t.Fatalf("replica %s returned event %s %d times", ids[i].ID, uid, c)
 				}
 			}
 			missing := 0
@@ -286,12 +296,12 @@ func replicaFaults(t *testing.T, extra []string, checkReplicas func(t *testing.T
 				}
 			}
 			if missing == 0 {
-				t.Logf("replica %s: all %d acknowledged events at resourceVersion %d, each once (%d returned)", r.name, len(acked), rv, len(seen))
+				t.Logf("replica %s: all %d acknowledged events at resourceVersion %d, each once (%d returned)", ids[i].ID, len(acked), rv, len(seen))
 				break
 			}
 			select {
 			case <-ctx.Done():
-				t.Fatalf("replica %s: %d of %d acknowledged events missing at resourceVersion %d", r.name, missing, len(acked), rv)
+				t.Fatalf("replica %s: %d of %d acknowledged events missing at resourceVersion %d", ids[i].ID, missing, len(acked), rv)
 			case <-time.After(200 * time.Millisecond): // the replica's ingest catching up
 			}
 		}
