@@ -174,6 +174,69 @@ func (e *emitter) emitWhile(stop <-chan struct{}, replicas ...*replicaProcess) <
 	return done
 }
 
+// watchLog is what a watcher that fails over between replicas saw.
+type watchLog struct {
+	mu   sync.Mutex
+	rvs  []uint64
+	uids map[string]int
+}
+
+func (l *watchLog) seen() (rvs []uint64, uids map[string]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	uids = make(map[string]int, len(l.uids))
+	for k, v := range l.uids {
+		uids[k] = v
+	}
+	return append([]uint64(nil), l.rvs...), uids
+}
+
+// watchAcross watches Pod events on first and, once that watch fails (its
+// replica is killed), resumes on then from the last resourceVersion seen,
+// as a client that fails over does. The watch on first is open when it
+// returns.
+func watchAcross(ctx context.Context, t *testing.T, first, then eventgatev1.EventServiceClient) *watchLog {
+	t.Helper()
+	l := &watchLog{uids: map[string]int{}}
+	w, err := first.StreamWatch(ctx, &eventgatev1.StreamWatchRequest{Kind: "Pod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Header(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		rv := ""
+		for ctx.Err() == nil {
+			for {
+				r, err := w.Recv()
+				if err != nil {
+					break
+				}
+				if r.Type == "BOOKMARK" {
+					continue
+				}
+				n, _ := strconv.ParseUint(r.Object.ResourceVersion, 10, 64)
+				l.mu.Lock()
+				l.rvs = append(l.rvs, n)
+				l.uids[r.Object.Uid]++
+				l.mu.Unlock()
+				rv = r.Object.ResourceVersion
+			}
+			for ctx.Err() == nil {
+				if w, err = then.StreamWatch(ctx, &eventgatev1.StreamWatchRequest{Kind: "Pod", ResourceVersion: rv}); err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond): // retrying the other replica
+				}
+			}
+		}
+	}()
+	return l
+}
+
 // TestEmbeddedReplicasEachReturnEveryEvent runs three gateway processes,
 // each on an embedded engine of its own, through the faults of
 // replicaFaults. A Query to each replica returns every acknowledged event
@@ -219,7 +282,8 @@ func TestSharedClickHouseReplicasEachReturnEveryEvent(t *testing.T) {
 // stream's leader node is lost (and later restarted), then the first
 // replica is killed with SIGKILL and restarted on its data directory.
 // Afterwards a Query to each replica must return every acknowledged event
-// exactly once. checkReplicas checks the replicas' identities on /readyz.
+// exactly once, and a watch opened on the killed replica and resumed on
+// another must have seen each of them once, in order. checkReplicas checks the replicas' identities on /readyz.
 func replicaFaults(t *testing.T, n int, extra []string, checkReplicas func(t *testing.T, rs []readyReplica)) {
 	cl := natstest.StartCluster(t, 3)
 	bin := buildGateway(t)
@@ -231,6 +295,9 @@ func replicaFaults(t *testing.T, n int, extra []string, checkReplicas func(t *te
 		ids[i] = replicaOf(t, ps[i].httpURL)
 	}
 	checkReplicas(t, ids)
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	watched := watchAcross(wctx, t, ps[0].client, ps[1].client)
 
 	e := &emitter{acked: map[string]bool{}}
 	phase := func(name string, batches int, replicas ...*replicaProcess) {
@@ -278,6 +345,31 @@ func replicaFaults(t *testing.T, n int, extra []string, checkReplicas func(t *te
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// The watcher on the killed replica resumed on another without a gap
+	// or a duplicate.
+	for {
+		rvs, uids := watched.seen()
+		for i := 1; i < len(rvs); i++ {
+			if rvs[i] <= rvs[i-1] {
+				t.Fatalf("the failed-over watch went from resourceVersion %d to %d", rvs[i-1], rvs[i])
+			}
+		}
+		missing := 0
+		for uid := range acked {
+			if uids[uid] != 1 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			t.Logf("the watch failed over from the killed replica and saw all %d acknowledged events once (%d in all)", len(acked), len(rvs))
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the failed-over watch missed (or repeated) %d of %d acknowledged events", missing, len(acked))
+		case <-time.After(200 * time.Millisecond): // the watch delivering
+		}
+	}
 	for i, p := range ps {
 		for {
 			seen, rv, err := queryCounts(ctx, p.client, "Fault")
