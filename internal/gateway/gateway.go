@@ -182,6 +182,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	icfg.Durable = g.replica.Consumer
 	if g.replica.Own {
 		icfg.StoreID = g.replica.Store
+		if cfg.NATS.URL == "" && cfg.NATS.Listen == "" {
+			// No other gateway reaches this embedded NATS: the shared
+			// consumer of earlier versions copied into this store alone.
+			icfg.AdoptFrom = ingest.DefaultConsumer
+		}
 	}
 	if g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, w, icfg, log, g.registry); err != nil {
 		return nil, err

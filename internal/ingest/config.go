@@ -49,6 +49,12 @@ type Config struct {
 	// name was reused) is recreated from the start of the stream, so that
 	// its ack floor never claims events the store does not hold.
 	StoreID string `yaml:"-"`
+	// AdoptFrom names a consumer whose ack floor this store is known to hold
+	// (the shared consumer of a single replica on embedded NATS, before
+	// replicas had consumers of their own). When the store's own consumer
+	// is first created, it starts after that floor instead of copying the
+	// stream again, and the old consumer is deleted.
+	AdoptFrom string `yaml:"-"`
 	// ConsumerTTL is how long a store's own consumer outlives its replica:
 	// the server deletes it after this long without a fetch (default 24h).
 	// A replica that comes back later gets a new consumer and copies the

@@ -9,7 +9,8 @@
 // recording its store id) that copies the whole stream: N replicas are N
 // full read replicas, and each answers queries at its own ack floor. The
 // server deletes such a consumer once its replica has been gone for
-// Config.ConsumerTTL.
+// Config.ConsumerTTL. A single replica on embedded NATS that used the
+// shared consumer before adopts its ack floor (Config.AdoptFrom).
 package ingest
 
 import (
@@ -141,13 +142,44 @@ func openConsumer(ctx context.Context, js jetstream.JetStream, stream string, cf
 			}
 		case !errors.Is(err, jetstream.ErrConsumerNotFound):
 			return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
+		default:
+			adopted, err := adoptFloor(ctx, js, stream, cfg)
+			if err != nil {
+				return nil, err
+			}
+			if adopted > 0 {
+				cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+				cc.OptStartSeq = adopted + 1
+			}
 		}
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream, cc)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
 	}
+	if cc.OptStartSeq > 0 {
+		if err := js.DeleteConsumer(ctx, stream, cfg.AdoptFrom); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			log.Warn("clickhouse ingest: the adopted consumer could not be deleted", "consumer", cfg.AdoptFrom, "err", err)
+		}
+		log.Info("clickhouse ingest: the store's own consumer adopted the ack floor of the shared one",
+			"consumer", cfg.Durable, "adopted", cfg.AdoptFrom, "ack_floor", cc.OptStartSeq-1)
+	}
 	return cons, nil
+}
+
+// adoptFloor returns the ack floor of cfg.AdoptFrom, 0 when there is none.
+func adoptFloor(ctx context.Context, js jetstream.JetStream, stream string, cfg Config) (uint64, error) {
+	if cfg.AdoptFrom == "" || cfg.AdoptFrom == cfg.Durable {
+		return 0, nil
+	}
+	old, err := js.Consumer(ctx, stream, cfg.AdoptFrom)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("clickhouse ingest: consumer %s to adopt: %w", cfg.AdoptFrom, err)
+	}
+	return old.CachedInfo().AckFloor.Stream, nil
 }
 
 // consumer is the current consumer handle.

@@ -156,3 +156,43 @@ func TestIngestStoreConsumerExpiresAfterTTL(t *testing.T) {
 		t.Fatalf("shared consumer has inactive threshold %v, want none", info.Config.InactiveThreshold)
 	}
 }
+
+// TestIngestStoreConsumerAdoptsSharedFloor: a single replica upgraded from
+// the shared consumer to one of its own does not copy the stream again:
+// its consumer starts at the shared one's ack floor, which is deleted.
+func TestIngestStoreConsumerAdoptsSharedFloor(t *testing.T) {
+	ctx := context.Background()
+	n := startNATS(t)
+	s := ownStore(t)
+	evs, seqs := publishRounds(t, n, "before", 3)
+	in, err := Start(ctx, n.js, n.stream, writer(t, s), testIngestConfig(), testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := seqs[len(seqs)-1]
+	waitFloor(t, in, floor, 30*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := in.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := storeConfig("r1", "store-1")
+	cfg.AdoptFrom = DefaultConsumer
+	own := startIngest(t, n, writer(t, s), cfg, nil)
+	info, err := own.consumer().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.AckFloor.Stream != floor || info.NumPending != 0 {
+		t.Fatalf("the store's own consumer starts at ack floor %d with %d pending, want %d and none", info.AckFloor.Stream, info.NumPending, floor)
+	}
+	if _, err := n.js.Consumer(ctx, n.stream, DefaultConsumer); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("the adopted shared consumer is still there: %v", err)
+	}
+	more, moreSeqs := publishRounds(t, n, "after", 2)
+	evs, seqs = append(evs, more...), append(seqs, moreSeqs...)
+	last := seqs[len(seqs)-1]
+	waitFloor(t, own, last, 30*time.Second)
+	checkExactlyOnce(t, s, last, evs, seqs)
+}
