@@ -60,6 +60,10 @@ type Consumer struct {
 	log  *slog.Logger
 	m    *Metrics
 
+	// taken is set once the consumer is found recording another store:
+	// fetching from it would take that store's events.
+	taken atomic.Bool
+
 	// alive is when the inserter last showed progress (an insert attempt
 	// ended); the fetcher keeps a waiting batch only while it is recent.
 	alive atomic.Int64
@@ -117,6 +121,22 @@ func Start(ctx context.Context, js jetstream.JetStream, stream string, w Writer,
 // consumer found recording another store is deleted first: its ack floor
 // speaks for a store that is gone.
 func openConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg Config, log *slog.Logger) (jetstream.Consumer, error) {
+	cc, err := consumerConfig(ctx, js, stream, cfg, true, log)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, cc)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
+	}
+	adopted(ctx, js, stream, cfg, cc, log)
+	return cons, nil
+}
+
+// consumerConfig is the consumer's configuration. With replace, a store's
+// own consumer found recording another store is deleted on the way;
+// without, that is ErrConsumerTaken.
+func consumerConfig(ctx context.Context, js jetstream.JetStream, stream string, cfg Config, replace bool, log *slog.Logger) (jetstream.ConsumerConfig, error) {
 	cc := jetstream.ConsumerConfig{
 		Durable:       cfg.Durable,
 		Description:   "eventgate: copies events into ClickHouse; the ack floor is what ClickHouse holds",
@@ -134,18 +154,21 @@ func openConsumer(ctx context.Context, js jetstream.JetStream, stream string, cf
 		switch {
 		case err == nil:
 			if got := old.CachedInfo().Config.Metadata[MetadataStore]; got != cfg.StoreID {
+				if !replace {
+					return cc, fmt.Errorf("clickhouse ingest: consumer %s records store %q, this is %q: %w", cfg.Durable, got, cfg.StoreID, ErrConsumerTaken)
+				}
 				log.Warn("clickhouse ingest: the consumer records another store; recreating it from the start of the stream",
 					"consumer", cfg.Durable, "store", cfg.StoreID, "recorded_store", got)
 				if err := js.DeleteConsumer(ctx, stream, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-					return nil, fmt.Errorf("clickhouse ingest: delete consumer %s of another store: %w", cfg.Durable, err)
+					return cc, fmt.Errorf("clickhouse ingest: delete consumer %s of another store: %w", cfg.Durable, err)
 				}
 			}
 		case !errors.Is(err, jetstream.ErrConsumerNotFound):
-			return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
+			return cc, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
 		default:
 			adopted, err := adoptFloor(ctx, js, stream, cfg)
 			if err != nil {
-				return nil, err
+				return cc, err
 			}
 			if adopted > 0 {
 				cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
@@ -153,10 +176,11 @@ func openConsumer(ctx context.Context, js jetstream.JetStream, stream string, cf
 			}
 		}
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, stream, cc)
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
-	}
+	return cc, nil
+}
+
+// adopted deletes the consumer whose ack floor the new one adopted.
+func adopted(ctx context.Context, js jetstream.JetStream, stream string, cfg Config, cc jetstream.ConsumerConfig, log *slog.Logger) {
 	if cc.OptStartSeq > 0 {
 		if err := js.DeleteConsumer(ctx, stream, cfg.AdoptFrom); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			log.Warn("clickhouse ingest: the adopted consumer could not be deleted", "consumer", cfg.AdoptFrom, "err", err)
@@ -164,7 +188,6 @@ func openConsumer(ctx context.Context, js jetstream.JetStream, stream string, cf
 		log.Info("clickhouse ingest: the store's own consumer adopted the ack floor of the shared one",
 			"consumer", cfg.Durable, "adopted", cfg.AdoptFrom, "ack_floor", cc.OptStartSeq-1)
 	}
-	return cons, nil
 }
 
 // adoptFloor returns the ack floor of cfg.AdoptFrom, 0 when there is none.
@@ -198,11 +221,25 @@ func (in *Consumer) reopen(ctx context.Context) bool {
 	if _, err := in.js.Consumer(octx, in.stream, in.cfg.Durable); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return false
 	}
-	cons, err := openConsumer(octx, in.js, in.stream, in.cfg, in.log)
+	cc, err := consumerConfig(octx, in.js, in.stream, in.cfg, false, in.log)
 	if err != nil {
+		if errors.Is(err, ErrConsumerTaken) {
+			in.taken.Store(true)
+		}
 		in.log.Warn("clickhouse ingest: recreating the deleted consumer failed", "err", err)
 		return false
 	}
+	// Create, not update: if another store's consumer took the name in
+	// the meantime (the replica id used twice), it is not ours to change.
+	cons, err := in.js.CreateConsumer(octx, in.stream, cc)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			in.taken.Store(true)
+		}
+		in.log.Warn("clickhouse ingest: recreating the deleted consumer failed", "err", err)
+		return false
+	}
+	adopted(octx, in.js, in.stream, in.cfg, cc, in.log)
 	in.cons.Store(&cons)
 	in.log.Warn("clickhouse ingest: the consumer had been deleted; recreated from the start of the stream")
 	return true
@@ -280,21 +317,36 @@ func (in *Consumer) fetchLoop(ctx context.Context, out chan<- *batch) {
 	defer close(out)
 	backoff := in.cfg.MinBackoff
 	for !in.stopping() && ctx.Err() == nil {
+		if in.taken.Load() {
+			if !in.sleep(ctx, in.cfg.MaxBackoff, false) {
+				return
+			}
+			continue
+		}
 		start := time.Now()
 		msgs, err := in.fetch()
 		if err != nil {
 			in.m.errors.WithLabelValues("fetch").Inc()
-			if in.reopen(ctx) {
-				continue
-			}
 			in.log.Warn("clickhouse ingest: fetch failed; retrying", "err", err, "backoff", backoff)
 			if !in.sleep(ctx, backoff, false) {
 				return
+			}
+			// After the backoff, not at once: whoever deleted the consumer
+			// (another replica given the same id) has had time to make
+			// its own, which must not be raced.
+			if in.reopen(ctx) {
+				backoff = in.cfg.MinBackoff
+				continue
 			}
 			backoff = min(2*backoff, in.cfg.MaxBackoff)
 			continue
 		}
 		backoff = in.cfg.MinBackoff
+		if in.taken.Load() {
+			// Learnt during the fetch: these belong to the other store.
+			nakAll(msgs)
+			continue
+		}
 		b := in.decode(msgs)
 		if b == nil {
 			continue

@@ -67,11 +67,35 @@ func (in *Consumer) lagLoop(ctx context.Context) {
 	}
 }
 
-func (in *Consumer) refreshLag(ctx context.Context) {
+// ErrConsumerTaken is returned when a store's own consumer now records
+// another store: two replicas were given the same replica id. Its ack floor
+// says nothing about this store.
+var ErrConsumerTaken = errors.New("the ingest consumer copies into another store (is the replica id used twice?)")
+
+// info returns the consumer's info, checking that a store's own consumer
+// is still this store's.
+func (in *Consumer) info(ctx context.Context) (*jetstream.ConsumerInfo, error) {
 	info, err := in.consumer().Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse ingest: consumer info: %w", err)
+	}
+	if in.cfg.StoreID != "" {
+		if got := info.Config.Metadata[MetadataStore]; got != in.cfg.StoreID {
+			in.taken.Store(true)
+			return nil, fmt.Errorf("clickhouse ingest: consumer %s records store %q, this is %q: %w", in.cfg.Durable, got, in.cfg.StoreID, ErrConsumerTaken)
+		}
+	}
+	return info, nil
+}
+
+func (in *Consumer) refreshLag(ctx context.Context) {
+	info, err := in.info(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			in.m.errors.WithLabelValues("lag").Inc()
+			if errors.Is(err, ErrConsumerTaken) {
+				in.log.Error("clickhouse ingest: give every replica its own --replica-id", "err", err)
+			}
 		}
 		return
 	}
@@ -89,9 +113,9 @@ func (in *Consumer) refreshLag(ctx context.Context) {
 // which every message is in ClickHouse (or was undecodable and dropped).
 // It is the resourceVersion to pass to Store.Query.
 func (in *Consumer) AckFloor(ctx context.Context) (uint64, error) {
-	info, err := in.consumer().Info(ctx)
+	info, err := in.info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("clickhouse ingest: consumer info: %w", err)
+		return 0, err
 	}
 	return info.AckFloor.Stream, nil
 }
@@ -101,9 +125,9 @@ func (in *Consumer) AckFloor(ctx context.Context) (uint64, error) {
 // them (0 when caught up), for readiness. It refreshes the lag gauges too,
 // so that they stay current while ingest is stopped or stuck.
 func (in *Consumer) Lag(ctx context.Context) (pending uint64, oldestAge time.Duration, err error) {
-	info, err := in.consumer().Info(ctx)
+	info, err := in.info(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("clickhouse ingest: consumer info: %w", err)
+		return 0, 0, err
 	}
 	in.m.ackFloor.Set(float64(info.AckFloor.Stream))
 	pending, oldestAge, err = in.lagFrom(ctx, info)

@@ -106,6 +106,9 @@ func TestIngestStoreConsumerDeletedIsRecreated(t *testing.T) {
 	n := startNATS(t)
 	s := ownStore(t)
 	cfg := storeConfig("r1", "store-1")
+	// Deliveries in flight when the consumer goes are redelivered by the
+	// new one after AckWait.
+	cfg.AckWait = 2 * time.Second
 	in := startIngest(t, n, writer(t, s), cfg, nil)
 	evs, seqs := publishRounds(t, n, "before", 2)
 	waitFloor(t, in, seqs[len(seqs)-1], 30*time.Second)
@@ -195,4 +198,37 @@ func TestIngestStoreConsumerAdoptsSharedFloor(t *testing.T) {
 	last := seqs[len(seqs)-1]
 	waitFloor(t, own, last, 30*time.Second)
 	checkExactlyOnce(t, s, last, evs, seqs)
+}
+
+// TestIngestReplicaIDUsedTwice: two stores given the same replica id do
+// not silently share a consumer (splitting the stream between them): the
+// one whose consumer was taken over answers neither an ack floor nor a lag.
+func TestIngestReplicaIDUsedTwice(t *testing.T) {
+	ctx := context.Background()
+	n := startNATS(t)
+	cfg := storeConfig("same", "store-1")
+	// The first retries a failed fetch after 1s: by then the second has
+	// replaced its consumer (a start takes milliseconds).
+	cfg.MinBackoff, cfg.MaxBackoff = time.Second, time.Second
+	first := startIngest(t, n, writer(t, ownStore(t)), cfg, nil)
+	s2 := ownStore(t)
+	if _, err := first.AckFloor(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := startIngest(t, n, writer(t, s2), storeConfig("same", "store-2"), nil)
+	if _, err := second.AckFloor(ctx); err != nil {
+		t.Fatalf("the second store's consumer: %v", err)
+	}
+	if _, err := first.AckFloor(ctx); !errors.Is(err, ErrConsumerTaken) {
+		t.Fatalf("AckFloor of the store whose consumer was taken: %v, want ErrConsumerTaken", err)
+	}
+	if _, _, err := first.Lag(ctx); !errors.Is(err, ErrConsumerTaken) {
+		t.Fatalf("Lag of the store whose consumer was taken: %v, want ErrConsumerTaken", err)
+	}
+	// Once it knows, the first no longer fetches: the second store gets
+	// every event.
+	evs, seqs := publishRounds(t, n, "after", 3)
+	last := seqs[len(seqs)-1]
+	waitFloor(t, second, last, 30*time.Second)
+	checkExactlyOnce(t, s2, last, evs, seqs)
 }
