@@ -4,8 +4,10 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway $(BIN)/protoc-gen-openapiv2
 BENCH_SCALE ?= full
+# Pinned in deploy/tools/go.mod: render and validate the Kubernetes chart.
+DEPLOY_TOOLS := $(BIN)/helm $(BIN)/kubeconform $(BIN)/k8sschema
 
-.PHONY: all build run test test-go lint generate generate-k8s-openapi check-generated tools chdb bench bench-go clean
+.PHONY: all build run test test-go lint generate generate-k8s-openapi check-generated tools chdb bench bench-go clean deploy-tools deploy-check
 
 all: build
 
@@ -55,10 +57,21 @@ lint: tools
 	$(GO) vet ./...
 
 ## test: set up everything and pass the whole suite (what CI runs)
-test: chdb check-generated lint test-go
+test: chdb check-generated lint deploy-check test-go
 
 test-go:
 	$(GO) test -race -count=1 -timeout 30m ./...
+
+## deploy-tools: build the pinned helm, kubeconform and k8sschema from deploy/tools/go.mod (offline-capable)
+deploy-tools: $(DEPLOY_TOOLS)
+$(DEPLOY_TOOLS): deploy/tools/go.mod deploy/tools/go.sum deploy/tools/k8sschema/main.go
+	cd deploy/tools && GOBIN=$(BIN) $(GO) install tool ./k8sschema
+	@touch $(DEPLOY_TOOLS)
+
+## deploy-check: helm lint and helm template the chart (deploy/eventgate) for each topology in its ci/,
+## and validate the manifests with kubeconform against schemas of the Kubernetes API types, offline
+deploy-check: deploy-tools
+	BIN=$(BIN) bash deploy/check.sh
 
 ## bench: measure the gateway (bin/gateway, a fresh data dir) against its raw parts in one run and print
 ## one table (also bench-results.json); BENCH_SCALE=small takes under 5 minutes, full under 30.

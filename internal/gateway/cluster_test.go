@@ -21,7 +21,7 @@ func TestReplicasOnNATSCluster(t *testing.T) {
 		return func(c *config.Config) {
 			c.NATS.URL = cl.Servers[node].ClientURL()
 			c.NATS.Replicas = 3
-			c.ClickHouse.Database = "cluster" // the replicas share the ingest consumer and the store
+			c.ClickHouse.Database = "cluster" // one database; each embedded replica still copies the stream through its own consumer
 		}
 	}
 	a := startGateway(t, external(0))

@@ -95,6 +95,7 @@ type Gateway struct {
 	proxy      *grpc.ClientConn
 	httpSrv    *http.Server
 	ready      *readiness
+	replica    *replica
 	auth       *authz.Authenticator
 
 	closeOnce sync.Once
@@ -210,6 +211,11 @@ func (g *Gateway) startStore(ctx context.Context) error {
 		chcfg.DataDir = filepath.Join(dir, "clickhouse")
 	}
 	var err error
+	if g.replica, err = resolveReplica(cfg, g.log); err != nil {
+		return err
+	}
+	g.replica.registerMetrics(g.registry)
+	g.log.Info("replica", "id", g.replica.ID, "store", g.replica.Store, "own_store", g.replica.Own, "ingest_consumer", g.replica.Consumer)
 	if g.store, err = clickhouse.Open(ctx, chcfg, g.log); err != nil {
 		return err
 	}
@@ -220,7 +226,19 @@ func (g *Gateway) startStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, w, cfg.Ingest, g.log, g.registry)
+	// Replicas share a consumer only when they share a store: an embedded
+	// engine is this replica's alone and must see the whole stream.
+	icfg := cfg.Ingest
+	icfg.Durable = g.replica.Consumer
+	if g.replica.Own {
+		icfg.StoreID = g.replica.Store
+		if cfg.NATS.URL == "" && cfg.NATS.Listen == "" {
+			// No other gateway reaches this embedded NATS: the shared
+			// consumer of earlier versions copied into this store alone.
+			icfg.AdoptFrom = ingest.DefaultConsumer
+		}
+	}
+	g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, w, icfg, g.log, g.registry)
 	return err
 }
 
@@ -309,16 +327,7 @@ func (g *Gateway) newReadiness() *readiness {
 			return err
 		},
 		"clickhouse": func(ctx context.Context) error { return g.store.Ping(ctx) },
-		"ingest": func(ctx context.Context) error {
-			pending, age, err := g.ingest.Lag(ctx)
-			if err != nil {
-				return err
-			}
-			if age > cfg.ReadyMaxIngestLag {
-				return fmt.Errorf("%d events not yet in ClickHouse, the oldest for %s", pending, age.Round(time.Second))
-			}
-			return nil
-		},
+		"ingest":     g.replica.ingestCheck(g.ingest, cfg.ReadyMaxIngestLag),
 	})
 }
 

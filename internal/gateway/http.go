@@ -201,7 +201,7 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 	mux.Handle("/readyz", only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		checks, ok := g.ready.check(r.Context())
 		w.Header().Set("Content-Type", "application/json")
-		body := map[string]any{"status": "ok", "checks": checks}
+		body := map[string]any{"status": "ok", "checks": checks, "replica": g.replica.status()}
 		if !ok {
 			body["status"] = "unavailable"
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -88,7 +88,7 @@ func TestIngest(t *testing.T) {
 		if err != nil || pending != 0 || age != 0 {
 			t.Errorf("lag after catch-up: %d %v %v", pending, age, err)
 		}
-		if fams, err := reg.Gather(); err != nil || len(fams) != 7 {
+		if fams, err := reg.Gather(); err != nil || len(fams) != 8 {
 			t.Errorf("metric families gathered: %d %v", len(fams), err)
 		}
 	})

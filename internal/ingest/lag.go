@@ -19,6 +19,7 @@ type Metrics struct {
 	oldestAge prometheus.Gauge
 	ackFloor  prometheus.Gauge
 	errors    *prometheus.CounterVec
+	info      *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *Metrics {
@@ -38,11 +39,13 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_clickhouse_ingest_errors_total",
 			Help: "Ingest errors by stage: fetch, decode (message terminated), minutes (per-minute header ignored), insert (retried), ack, lag."}, []string{"stage"}),
 	}
+	m.info = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "eventgate_clickhouse_ingest_consumer_info",
+		Help: "The ingest consumer of this gateway (1): its name, and the store it copies into when the store is its own (empty when shared)."}, []string{"consumer", "store"})
 	for _, s := range []string{"fetch", "decode", "minutes", "insert", "ack", "lag"} {
 		m.errors.WithLabelValues(s)
 	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.batches, m.duration, m.pending, m.oldestAge, m.ackFloor, m.errors)
+		reg.MustRegister(m.rows, m.batches, m.duration, m.pending, m.oldestAge, m.ackFloor, m.errors, m.info)
 	}
 	return m
 }
@@ -64,11 +67,35 @@ func (in *Consumer) lagLoop(ctx context.Context) {
 	}
 }
 
+// ErrConsumerTaken is returned when a store's own consumer now records
+// another store: two replicas were given the same replica id. Its ack floor
+// says nothing about this store.
+var ErrConsumerTaken = errors.New("the ingest consumer copies into another store (is the replica id used twice?)")
+
+// info returns the consumer's info, checking that a store's own consumer
+// is still this store's.
+func (in *Consumer) info(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+	info, err := in.consumer().Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse ingest: consumer info: %w", err)
+	}
+	if in.cfg.StoreID != "" {
+		if got := info.Config.Metadata[MetadataStore]; got != in.cfg.StoreID {
+			in.taken.Store(true)
+			return nil, fmt.Errorf("clickhouse ingest: consumer %s records store %q, this is %q: %w", in.cfg.Durable, got, in.cfg.StoreID, ErrConsumerTaken)
+		}
+	}
+	return info, nil
+}
+
 func (in *Consumer) refreshLag(ctx context.Context) {
-	info, err := in.cons.Info(ctx)
+	info, err := in.info(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			in.m.errors.WithLabelValues("lag").Inc()
+			if errors.Is(err, ErrConsumerTaken) {
+				in.log.Error("clickhouse ingest: give every replica its own --replica-id", "err", err)
+			}
 		}
 		return
 	}
@@ -86,22 +113,30 @@ func (in *Consumer) refreshLag(ctx context.Context) {
 // which every message is in ClickHouse (or was undecodable and dropped).
 // It is the resourceVersion to pass to Store.Query.
 func (in *Consumer) AckFloor(ctx context.Context) (uint64, error) {
-	info, err := in.cons.Info(ctx)
+	info, err := in.info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("clickhouse ingest: consumer info: %w", err)
+		return 0, err
 	}
 	return info.AckFloor.Stream, nil
 }
 
 // Lag returns the messages not yet acknowledged (undelivered plus in flight,
-// across all replicas) and the age of the oldest of them (0 when caught up),
-// for readiness.
+// across the replicas sharing the consumer) and the age of the oldest of
+// them (0 when caught up), for readiness. It refreshes the lag gauges too,
+// so that they stay current while ingest is stopped or stuck.
 func (in *Consumer) Lag(ctx context.Context) (pending uint64, oldestAge time.Duration, err error) {
-	info, err := in.cons.Info(ctx)
+	info, err := in.info(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("clickhouse ingest: consumer info: %w", err)
+		return 0, 0, err
 	}
-	return in.lagFrom(ctx, info)
+	in.m.ackFloor.Set(float64(info.AckFloor.Stream))
+	pending, oldestAge, err = in.lagFrom(ctx, info)
+	if err != nil {
+		return pending, oldestAge, err
+	}
+	in.m.pending.Set(float64(pending))
+	in.m.oldestAge.Set(oldestAge.Seconds())
+	return pending, oldestAge, nil
 }
 
 func (in *Consumer) lagFrom(ctx context.Context, info *jetstream.ConsumerInfo) (uint64, time.Duration, error) {

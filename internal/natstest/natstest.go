@@ -20,6 +20,7 @@ import (
 // Cluster is a running JetStream cluster.
 type Cluster struct {
 	Servers []*server.Server
+	opts    []*server.Options
 }
 
 // URL returns a client URL listing every node.
@@ -74,6 +75,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		s.Start()
 		c.Servers = append(c.Servers, s)
+		c.opts = append(c.opts, opts)
 	}
 	t.Cleanup(func() {
 		for _, s := range c.Servers {
@@ -81,6 +83,39 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			s.WaitForShutdown()
 		}
 	})
+	c.waitMetaLeader(t)
+	return c
+}
+
+// Stop shuts node i down, as a lost node: its clients reconnect to the
+// others.
+func (c *Cluster) Stop(i int) {
+	c.Servers[i].Shutdown()
+	c.Servers[i].WaitForShutdown()
+}
+
+// Restart starts node i again on its store directory and cluster port,
+// and waits until it is ready and the cluster has a meta leader. Its
+// client port is a new one.
+func (c *Cluster) Restart(t testing.TB, i int) {
+	t.Helper()
+	s, err := server.NewServer(c.opts[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.opts[i].NoLog {
+		s.ConfigureLogger()
+	}
+	s.Start()
+	c.Servers[i] = s
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatalf("node %s not ready after restart", s.Name())
+	}
+	c.waitMetaLeader(t)
+}
+
+func (c *Cluster) waitMetaLeader(t testing.TB) {
+	t.Helper()
 	for _, s := range c.Servers {
 		if !s.ReadyForConnections(10 * time.Second) {
 			t.Fatalf("node %s not ready", s.Name())
@@ -103,7 +138,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		_, err := js.AccountInfo(actx)
 		acancel()
 		if err == nil {
-			return c
+			return
 		}
 		select {
 		case <-ctx.Done():
