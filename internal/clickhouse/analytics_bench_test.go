@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eventgate/eventgate/internal/query"
 )
 
 // The analytics benchmark store: EVENTGATE_BENCH_EVENTS events (default
@@ -31,7 +33,7 @@ var abench struct {
 	err     error
 	store   *Store
 	n       int
-	tenants []TenantRef
+	tenants []query.TenantRef
 	end     time.Time // the newest eventTime
 	genTime time.Duration
 }
@@ -169,7 +171,7 @@ func setupAnalyticsBench(b *testing.B) {
 			return
 		}
 		for rs.Next() {
-			var t TenantRef
+			var t query.TenantRef
 			rs.Scan(&t.Type, &t.Name)
 			abench.tenants = append(abench.tenants, t)
 		}
@@ -251,10 +253,12 @@ func runAnalyticsBench(b *testing.B, s *Store, end time.Time) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	scopes := []struct {
 		name  string
-		scope func() Scope
+		scope func() query.Scope
 	}{
-		{"tenant", func() Scope { return Scope{Tenants: []TenantRef{abench.tenants[rng.IntN(len(abench.tenants))]}} }},
-		{"all", func() Scope { return Scope{All: true} }},
+		{"tenant", func() query.Scope {
+			return query.Scope{Tenants: []query.TenantRef{abench.tenants[rng.IntN(len(abench.tenants))]}}
+		}},
+		{"all", func() query.Scope { return query.Scope{All: true} }},
 	}
 	windows := []struct {
 		name string
@@ -265,13 +269,13 @@ func runAnalyticsBench(b *testing.B, s *Store, end time.Time) {
 			if w.name != "24h" && sc.name == "tenant" {
 				continue
 			}
-			q := func() AnalyticsQuery {
+			q := func() query.Analytics {
 				// Windows end at the newest events, at a fresh instant
 				// each time, as a dashboard's "last 24 hours".
 				until := end.Add(-time.Duration(rng.IntN(600)) * time.Second)
-				return AnalyticsQuery{Scope: sc.scope(), Filter: Filter{Since: until.Add(-w.d), Until: until}}
+				return query.Analytics{Scope: sc.scope(), Filter: query.Filter{Since: until.Add(-w.d), Until: until}}
 			}
-			run := func(name string, f func(AnalyticsQuery) (int64, error)) {
+			run := func(name string, f func(query.Analytics) (int64, error)) {
 				b.Run(name+"/"+w.name+"/"+sc.name, func(b *testing.B) {
 					var lat latencies
 					var total int64
@@ -291,20 +295,20 @@ func runAnalyticsBench(b *testing.B, s *Store, end time.Time) {
 					lat.report(b)
 				})
 			}
-			run("HistogramByReason", func(aq AnalyticsQuery) (int64, error) {
-				h, err := s.Histogram(ctx, HistogramQuery{AnalyticsQuery: aq, GroupBy: []string{DimReason}})
+			run("HistogramByReason", func(aq query.Analytics) (int64, error) {
+				h, err := s.Histogram(ctx, query.HistogramRequest{Analytics: aq, GroupBy: []string{query.DimReason}})
 				return h.Total, err
 			})
-			run("Top10Reasons", func(aq AnalyticsQuery) (int64, error) {
-				t, err := s.Top(ctx, TopQuery{AnalyticsQuery: aq, Dimension: DimReason, Limit: 10})
+			run("Top10Reasons", func(aq query.Analytics) (int64, error) {
+				t, err := s.Top(ctx, query.TopRequest{Analytics: aq, Dimension: query.DimReason, Limit: 10})
 				return t.Total, err
 			})
-			run("Facets5", func(aq AnalyticsQuery) (int64, error) {
-				f, err := s.Facets(ctx, FacetsQuery{AnalyticsQuery: aq})
+			run("Facets5", func(aq query.Analytics) (int64, error) {
+				f, err := s.Facets(ctx, query.FacetsRequest{Analytics: aq})
 				return f.Total, err
 			})
-			run("Series", func(aq AnalyticsQuery) (int64, error) {
-				l, err := s.Series(ctx, SeriesQuery{AnalyticsQuery: aq})
+			run("Series", func(aq query.Analytics) (int64, error) {
+				l, err := s.Series(ctx, query.SeriesRequest{Analytics: aq})
 				return int64(l.Total), err
 			})
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/query"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -37,12 +38,12 @@ var bench struct {
 }
 
 type benchObject struct {
-	tenant                TenantRef
+	tenant                query.TenantRef
 	kind, namespace, name string
 }
 
 type benchUID struct {
-	tenant TenantRef
+	tenant query.TenantRef
 	uid    string
 }
 
@@ -270,10 +271,10 @@ func BenchmarkStore(b *testing.B) {
 		var lat latencies
 		for i := 0; i < b.N; i++ {
 			o := bench.objects[rng.IntN(len(bench.objects))]
-			q := Query{
-				Scope: Scope{Tenants: []TenantRef{o.tenant}},
-				Filter: Filter{Regarding: ObjectFilter{
-					Kind: StringSet{In: []string{o.kind}}, Namespace: StringSet{In: []string{o.namespace}}, Name: StringSet{In: []string{o.name}},
+			q := query.List{
+				Scope: query.Scope{Tenants: []query.TenantRef{o.tenant}},
+				Filter: query.Filter{Regarding: query.ObjectFilter{
+					Kind: query.StringSet{In: []string{o.kind}}, Namespace: query.StringSet{In: []string{o.namespace}}, Name: query.StringSet{In: []string{o.name}},
 				}},
 				PageSize: 100,
 			}
@@ -294,7 +295,7 @@ func BenchmarkStore(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			u := bench.uids[rng.IntN(len(bench.uids))]
 			start := time.Now()
-			ev, err := s.Get(ctx, Scope{Tenants: []TenantRef{u.tenant}}, GetQuery{UID: u.uid})
+			ev, err := s.Get(ctx, query.Scope{Tenants: []query.TenantRef{u.tenant}}, query.Lookup{UID: u.uid})
 			lat = append(lat, time.Since(start))
 			if err != nil || ev.GetUid() != u.uid {
 				b.Fatalf("get %s: %v %v", u.uid, ev, err)
@@ -307,7 +308,7 @@ func BenchmarkStore(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			u := bench.uids[rng.IntN(len(bench.uids))]
 			start := time.Now()
-			ev, err := s.Get(ctx, Scope{All: true}, GetQuery{UID: u.uid})
+			ev, err := s.Get(ctx, query.Scope{All: true}, query.Lookup{UID: u.uid})
 			lat = append(lat, time.Since(start))
 			if err != nil || ev.GetUid() != u.uid {
 				b.Fatalf("get %s: %v %v", u.uid, ev, err)
@@ -319,7 +320,7 @@ func BenchmarkStore(b *testing.B) {
 		var lat latencies
 		for i := 0; i < b.N; i++ {
 			start := time.Now()
-			p, err := s.Query(ctx, Query{Scope: all, PageSize: 100}, rv-uint64(rng.IntN(1000)))
+			p, err := s.Query(ctx, query.List{Scope: all, PageSize: 100}, rv-uint64(rng.IntN(1000)))
 			lat = append(lat, time.Since(start))
 			if err != nil || len(p.Events) != 100 {
 				b.Fatalf("query all: %d events, %v", len(p.Events), err)
@@ -332,7 +333,7 @@ func BenchmarkStore(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			o := bench.objects[rng.IntN(len(bench.objects))]
 			start := time.Now()
-			p, err := s.Query(ctx, Query{Scope: Scope{Tenants: []TenantRef{o.tenant}}, PageSize: 100}, rv)
+			p, err := s.Query(ctx, query.List{Scope: query.Scope{Tenants: []query.TenantRef{o.tenant}}, PageSize: 100}, rv)
 			lat = append(lat, time.Since(start))
 			if err != nil || len(p.Events) != 100 {
 				b.Fatalf("query tenant %v: %d events, %v", o.tenant, len(p.Events), err)
@@ -477,7 +478,7 @@ func BenchmarkIngestVisibility(b *testing.B) {
 				b.Fatal(err)
 			}
 			if floor >= seq {
-				p, err := s.Query(ctx, Query{Scope: all, Filter: Filter{Regarding: ObjectFilter{Name: set(ev.Regarding.Name)}}, PageSize: 1}, floor)
+				p, err := s.Query(ctx, query.List{Scope: all, Filter: query.Filter{Regarding: query.ObjectFilter{Name: set(ev.Regarding.Name)}}, PageSize: 1}, floor)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -20,6 +20,7 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
 	egjs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/query"
 )
 
 // natsEnv is an embedded NATS server with the events stream.
@@ -125,9 +126,9 @@ func waitFloor(t testing.TB, in *Ingester, seq uint64, within time.Duration) {
 func listAll(t testing.TB, s *Store, rv uint64) []*eventgatev1.Event {
 	t.Helper()
 	var out []*eventgatev1.Event
-	q := Query{Scope: all, PageSize: MaxPageSize, OldestFirst: true}
+	q := query.List{Scope: all, PageSize: query.MaxPageSize, OldestFirst: true}
 	for {
-		p := query(t, s, q, rv)
+		p := listPage(t, s, q, rv)
 		out = append(out, p.Events...)
 		if p.NextPageToken == "" {
 			return out

@@ -16,6 +16,7 @@ import (
 
 	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/query"
 )
 
 // threadNice reads thread tid's nice value from /proc (field 19 of stat).
@@ -159,7 +160,7 @@ func TestInsertOnNiceThread(t *testing.T) {
 		if err := s.insert(ctx, rows, th); err != nil {
 			t.Fatal(err)
 		}
-		if got := query(t, s, Query{Scope: all}, 1).Events; len(got) != 1 || got[0].GetUid() != "n1" {
+		if got := listPage(t, s, query.List{Scope: all}, 1).Events; len(got) != 1 || got[0].GetUid() != "n1" {
 			t.Fatalf("stored %v", got)
 		}
 

@@ -14,18 +14,19 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
-	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/query"
 )
 
-// AnalyticsStore answers the analytics questions from ClickHouse (Query
+// AnalyticsStore answers the analytics questions (internal/clickhouse
+// implements it; Query
 // serves Timeline).
 type AnalyticsStore interface {
-	Histogram(ctx context.Context, q clickhouse.HistogramQuery) (clickhouse.Histogram, error)
-	Top(ctx context.Context, q clickhouse.TopQuery) (clickhouse.Top, error)
-	Facets(ctx context.Context, q clickhouse.FacetsQuery) (clickhouse.Facets, error)
-	Series(ctx context.Context, q clickhouse.SeriesQuery) (clickhouse.SeriesList, error)
-	Query(ctx context.Context, q clickhouse.Query, rv uint64) (clickhouse.Page, error)
+	Histogram(ctx context.Context, q query.HistogramRequest) (query.Histogram, error)
+	Top(ctx context.Context, q query.TopRequest) (query.Top, error)
+	Facets(ctx context.Context, q query.FacetsRequest) (query.Facets, error)
+	Series(ctx context.Context, q query.SeriesRequest) (query.SeriesList, error)
+	Query(ctx context.Context, q query.List, rv uint64) (query.Page, error)
 }
 
 // Analytics implements eventgate.v1.AnalyticsService. Every request takes
@@ -37,7 +38,7 @@ type Analytics struct {
 	store  AnalyticsStore
 	floor  Floor
 	log    *slog.Logger
-	limits clickhouse.AnalyticsLimits
+	limits query.Limits
 }
 
 // NewAnalytics returns the AnalyticsService with the default limits.
@@ -45,11 +46,11 @@ func NewAnalytics(store AnalyticsStore, floor Floor, log *slog.Logger) *Analytic
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Analytics{store: store, floor: floor, log: log, limits: clickhouse.DefaultAnalyticsLimits()}
+	return &Analytics{store: store, floor: floor, log: log, limits: query.DefaultLimits()}
 }
 
 // WithLimits replaces the hard limits (for configuration and tests).
-func (a *Analytics) WithLimits(l clickhouse.AnalyticsLimits) *Analytics {
+func (a *Analytics) WithLimits(l query.Limits) *Analytics {
 	a.limits = l
 	return a
 }
@@ -65,56 +66,56 @@ type analyticsRequest interface {
 // analytics request declares EventFilter's fields with its numbers, checked
 // by TestEventFilterFieldsAligned) and reads it exactly as Query reads its
 // request: the same validation, selectors and field names.
-func filterOf(req analyticsRequest) (clickhouse.Filter, bool, error) {
+func filterOf(req analyticsRequest) (query.Filter, bool, error) {
 	b, err := proto.Marshal(req)
 	if err != nil {
-		return clickhouse.Filter{}, false, fmt.Errorf("encode request: %w", err)
+		return query.Filter{}, false, fmt.Errorf("encode request: %w", err)
 	}
 	ef := &eventgatev1.EventFilter{}
 	if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, ef); err != nil {
-		return clickhouse.Filter{}, false, fmt.Errorf("decode filter: %w", err)
+		return query.Filter{}, false, fmt.Errorf("decode filter: %w", err)
 	}
 	b, err = proto.Marshal(ef)
 	if err != nil {
-		return clickhouse.Filter{}, false, fmt.Errorf("encode filter: %w", err)
+		return query.Filter{}, false, fmt.Errorf("encode filter: %w", err)
 	}
 	qr := &eventgatev1.QueryRequest{}
 	if err := proto.Unmarshal(b, qr); err != nil {
-		return clickhouse.Filter{}, false, fmt.Errorf("decode filter: %w", err)
+		return query.Filter{}, false, fmt.Errorf("decode filter: %w", err)
 	}
 	q, empty, err := queryFromRequest(qr)
 	return q.Filter, empty, err
 }
 
 // prepare reads req's filter and the caller's scope.
-func (a *Analytics) prepare(ctx context.Context, req analyticsRequest) (clickhouse.AnalyticsQuery, bool, error) {
+func (a *Analytics) prepare(ctx context.Context, req analyticsRequest) (query.Analytics, bool, error) {
 	f, empty, err := filterOf(req)
 	if err != nil {
-		return clickhouse.AnalyticsQuery{}, false, err
+		return query.Analytics{}, false, err
 	}
 	sc, err := a.scope(ctx, f.Tenant)
 	if err != nil {
-		return clickhouse.AnalyticsQuery{}, false, err
+		return query.Analytics{}, false, err
 	}
 	if empty {
 		// The filter matches nothing: the answer is the empty one, with
 		// every request field still checked.
-		sc = clickhouse.Scope{}
+		sc = query.Scope{}
 	}
 	l := a.limits
-	return clickhouse.AnalyticsQuery{Scope: sc, Filter: f, Limits: &l}, empty, nil
+	return query.Analytics{Scope: sc, Filter: f, Limits: &l}, empty, nil
 }
 
 // scope is Query's scope (Events.scope, which reads only the context) for
 // the analytics verb.
-func (a *Analytics) scope(ctx context.Context, narrow *clickhouse.TenantRef) (clickhouse.Scope, error) {
+func (a *Analytics) scope(ctx context.Context, narrow *query.TenantRef) (query.Scope, error) {
 	return (*Events)(nil).scope(ctx, authz.VerbAnalytics, narrow)
 }
 
 // analyticsStatus maps store errors: a refused request becomes
 // InvalidArgument naming its field (and the limit).
 func (a *Analytics) analyticsStatus(method string, err error) error {
-	var ae *clickhouse.AnalyticsError
+	var ae *query.FieldError
 	if errors.As(err, &ae) {
 		return toStatus(a.log, method, &InvalidError{Violations: []event.Violation{{Field: ae.Field, Description: ae.Detail()}}})
 	}
@@ -130,7 +131,7 @@ func (a *Analytics) Histogram(ctx context.Context, req *eventgatev1.HistogramReq
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
-	q := clickhouse.HistogramQuery{AnalyticsQuery: aq, GroupBy: req.GetGroupBy(), Limit: int(req.GetLimit())}
+	q := query.HistogramRequest{Analytics: aq, GroupBy: req.GetGroupBy(), Limit: int(req.GetLimit())}
 	if b := req.GetBucket(); b != nil {
 		if err := b.CheckValid(); err != nil || b.AsDuration() <= 0 {
 			return nil, a.analyticsStatus(method, invalid("bucket", "must be a positive duration"))
@@ -161,7 +162,7 @@ func (a *Analytics) Top(ctx context.Context, req *eventgatev1.TopRequest) (*even
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
-	t, err := a.store.Top(ctx, clickhouse.TopQuery{AnalyticsQuery: aq, Dimension: req.GetDimension(), Limit: int(req.GetLimit())})
+	t, err := a.store.Top(ctx, query.TopRequest{Analytics: aq, Dimension: req.GetDimension(), Limit: int(req.GetLimit())})
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
@@ -187,7 +188,7 @@ func (a *Analytics) Facets(ctx context.Context, req *eventgatev1.FacetsRequest) 
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
-	f, err := a.store.Facets(ctx, clickhouse.FacetsQuery{AnalyticsQuery: aq, Dimensions: req.GetDimensions(), Limit: int(req.GetLimit())})
+	f, err := a.store.Facets(ctx, query.FacetsRequest{Analytics: aq, Dimensions: req.GetDimensions(), Limit: int(req.GetLimit())})
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
@@ -209,7 +210,7 @@ func (a *Analytics) Series(ctx context.Context, req *eventgatev1.SeriesRequest) 
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
-	l, err := a.store.Series(ctx, clickhouse.SeriesQuery{AnalyticsQuery: aq, State: req.GetState(), Limit: int(req.GetLimit()), OrderBy: req.GetOrderBy()})
+	l, err := a.store.Series(ctx, query.SeriesRequest{Analytics: aq, State: req.GetState(), Limit: int(req.GetLimit()), OrderBy: req.GetOrderBy()})
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
@@ -247,10 +248,10 @@ func (a *Analytics) Timeline(ctx context.Context, req *eventgatev1.TimelineReque
 	if obj.GetName() == "" && obj.GetUid() == "" {
 		return nil, a.analyticsStatus(method, invalid("involving", "name the object: involving.name (with kind and namespace) or involving.uid"))
 	}
-	if l := req.GetLimit(); l < 0 || l > clickhouse.MaxPageSize {
-		return nil, a.analyticsStatus(method, invalid("limit", "must be between 1 and %d (limit MaxPageSize)", clickhouse.MaxPageSize))
+	if l := req.GetLimit(); l < 0 || l > query.MaxPageSize {
+		return nil, a.analyticsStatus(method, invalid("limit", "must be between 1 and %d (limit MaxPageSize)", query.MaxPageSize))
 	}
-	q := clickhouse.Query{Filter: f, OldestFirst: !req.GetNewestFirst(), PageSize: int(req.GetLimit()), PageToken: req.GetPageToken()}
+	q := query.List{Filter: f, OldestFirst: !req.GetNewestFirst(), PageSize: int(req.GetLimit()), PageToken: req.GetPageToken()}
 	if q.Scope, err = a.scope(ctx, f.Tenant); err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
