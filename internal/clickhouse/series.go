@@ -51,9 +51,6 @@ func (s *Store) Series(ctx context.Context, q query.SeriesRequest) (query.Series
 	if err != nil {
 		return query.SeriesList{}, analyticsQueryError(err, l, nil)
 	}
-	type key struct{ tt, tn, uid string }
-	index := map[key]int{}
-	var minFirst, maxFirst time.Time
 	for rs.Next() {
 		var e query.Series
 		var firstUS, lastUS int64
@@ -65,14 +62,7 @@ func (s *Store) Series(ctx context.Context, q query.SeriesRequest) (query.Series
 			return query.SeriesList{}, fmt.Errorf("clickhouse: series: %w", err)
 		}
 		e.First, e.Last = time.UnixMicro(firstUS).UTC(), time.UnixMicro(lastUS).UTC()
-		if len(index) == 0 || e.First.Before(minFirst) {
-			minFirst = e.First
-		}
-		if len(index) == 0 || e.First.After(maxFirst) {
-			maxFirst = e.First
-		}
 		out.Total = int(total)
-		index[key{e.Tenant.Type, e.Tenant.Name, e.UID}] = len(out.Series)
 		out.Series = append(out.Series, e)
 	}
 	err = rs.Err()
@@ -83,9 +73,32 @@ func (s *Store) Series(ctx context.Context, q query.SeriesRequest) (query.Series
 	if len(out.Series) == 0 {
 		return out, nil
 	}
-	// The series' per-minute totals (over every version) and their minutes
-	// in the window.
-	p = newParams()
+	if err := s.addSeriesMinutes(ctx, &out, pl); err != nil {
+		return query.SeriesList{}, err
+	}
+	return out, nil
+}
+
+// seriesKey identifies a series.
+type seriesKey struct{ tt, tn, uid string }
+
+// addSeriesMinutes reads the per-minute totals of out's series (over every
+// version) and their minutes in the window, and adds the occurrences
+// counted at eventTime to its minute.
+func (s *Store) addSeriesMinutes(ctx context.Context, out *query.SeriesList, pl query.SeriesPlan) error {
+	l, since, until := pl.Limits, pl.Since, pl.Until
+	index := map[seriesKey]int{}
+	var minFirst, maxFirst time.Time
+	for i, e := range out.Series {
+		if i == 0 || e.First.Before(minFirst) {
+			minFirst = e.First
+		}
+		if i == 0 || e.First.After(maxFirst) {
+			maxFirst = e.First
+		}
+		index[seriesKey{e.Tenant.Type, e.Tenant.Name, e.UID}] = i
+	}
+	p := newParams()
 	tuples := make([]string, 0, len(out.Series))
 	for _, e := range out.Series {
 		tuples = append(tuples, "("+p.str(e.Tenant.Type)+", "+p.str(e.Tenant.Name)+", "+p.str(e.UID)+")")
@@ -93,7 +106,7 @@ func (s *Store) Series(ctx context.Context, q query.SeriesRequest) (query.Series
 	ids := "(tenant_type, tenant_name, uid) IN (" + strings.Join(tuples, ", ") + ")"
 	points := &groupBound{field: "limit", limit: "MaxSeriesPoints", what: "minutes with occurrences (lower the limit)",
 		max: l.MaxSeriesPoints + len(out.Series)}
-	sql = "SELECT toString(tenant_type), toString(tenant_name), uid, toInt64(-1), toUInt64(sum(minutes_total))" +
+	sql := "SELECT toString(tenant_type), toString(tenant_name), uid, toInt64(-1), toUInt64(sum(minutes_total))" +
 		" FROM " + s.seriesMinuteTotals() + " FINAL WHERE " + ids +
 		" AND " + inRange("event_time", p.micros(minFirst.UnixMicro()), p.micros(maxFirst.UnixMicro()+1)) +
 		" GROUP BY tenant_type, tenant_name, uid" +
@@ -103,19 +116,19 @@ func (s *Store) Series(ctx context.Context, q query.SeriesRequest) (query.Series
 		" AND " + inRange("minute", p.micros(ceilMicros(since)), p.micros(ceilMicros(until))) +
 		" GROUP BY tenant_type, tenant_name, uid, minute ORDER BY tt, tn, uid, m LIMIT " + p.u64(uint64(l.MaxSeriesPoints)+1) + ")" +
 		s.analyticsSettings(l, points)
-	rs, err = s.t.query(ctx, sql, p.m)
+	rs, err := s.t.query(ctx, sql, p.m)
 	if err != nil {
-		return query.SeriesList{}, analyticsQueryError(err, l, points)
+		return analyticsQueryError(err, l, points)
 	}
 	defer rs.Close()
-	recorded := map[key]int64{}
+	recorded := map[seriesKey]int64{}
 	npoints := 0
 	for rs.Next() {
-		var k key
+		var k seriesKey
 		var m int64
 		var n uint64
 		if err := rs.Scan(&k.tt, &k.tn, &k.uid, &m, &n); err != nil {
-			return query.SeriesList{}, fmt.Errorf("clickhouse: series minutes: %w", err)
+			return fmt.Errorf("clickhouse: series minutes: %w", err)
 		}
 		i, ok := index[k]
 		if !ok {
@@ -126,13 +139,13 @@ func (s *Store) Series(ctx context.Context, q query.SeriesRequest) (query.Series
 			continue
 		}
 		if npoints++; npoints > l.MaxSeriesPoints {
-			return query.SeriesList{}, query.OverLimit("limit", "MaxSeriesPoints", "the series hold more than %d minutes with occurrences in the window; lower the limit or narrow the window", l.MaxSeriesPoints)
+			return query.OverLimit("limit", "MaxSeriesPoints", "the series hold more than %d minutes with occurrences in the window; lower the limit or narrow the window", l.MaxSeriesPoints)
 		}
 		e := &out.Series[i]
 		e.Minutes = append(e.Minutes, query.MinutePoint{Minute: time.Unix(m, 0).UTC(), Count: int64(n)})
 	}
 	if err := rs.Err(); err != nil {
-		return query.SeriesList{}, fmt.Errorf("clickhouse: series minutes: %w", err)
+		return fmt.Errorf("clickhouse: series minutes: %w", err)
 	}
 	// The occurrences counted at eventTime join the minute of eventTime.
 	for k, i := range index {
@@ -151,5 +164,5 @@ func (s *Store) Series(ctx context.Context, q query.SeriesRequest) (query.Series
 			e.WindowCount += p.Count
 		}
 	}
-	return out, nil
+	return nil
 }
