@@ -40,15 +40,29 @@ var abench struct {
 
 const benchSeriesPercent = 3
 
+// benchShape varies the generated store.
+type benchShape struct {
+	// bigTenant puts half of the objects (and events) in one tenant,
+	// organization/big.
+	bigTenant bool
+	// raw writes the protobuf event, so that Query can list the store, and
+	// a metadata key (team, 50 values).
+	raw bool
+}
+
 // generateAnalyticsData writes n events (and their series versions) in
 // time order.
-func generateAnalyticsData(ctx context.Context, s *Store, n int) error {
+func generateAnalyticsData(ctx context.Context, s *Store, n int, shape benchShape) error {
 	kinds := []string{"Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "Service",
 		"Ingress", "ConfigMap", "Secret", "Node", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "Namespace",
 		"Certificate", "Gateway", "HTTPRoute", "Workload", "Instance"}
 	quoted := make([]string, len(kinds))
 	for i, k := range kinds {
 		quoted[i] = "'" + k + "'"
+	}
+	bigSQL := "0"
+	if shape.bigTenant {
+		bigSQL = "obj % 2 = 0"
 	}
 	span := int64(30 * 24 * time.Hour / time.Microsecond)
 	step := span / int64(n) // microseconds between events
@@ -58,23 +72,32 @@ func generateAnalyticsData(ctx context.Context, s *Store, n int) error {
 		"n % 100000 AS obj",
 		"obj % 1000 AS tenant",
 		"cityHash64(n, 'series') % 100 < " + strconv.Itoa(benchSeriesPercent) + " AS is_series",
-		"if(tenant % 10 = 0, 'organization', 'project') AS tt",
-		"concat('tenant-', toString(tenant)) AS tn",
+		"if(tenant % 10 = 0 OR " + bigSQL + ", 'organization', 'project') AS tt",
+		"if(" + bigSQL + ", 'big', concat('tenant-', toString(tenant))) AS tn",
 		"[" + strings.Join(quoted, ", ") + "][intHash32(obj) % 20 + 1] AS kind",
 		"concat('ns-', toString(intHash32(obj) % 200 % 10)) AS ns",
 		"concat(lower(kind), '-', toString(obj)) AS rname",
 		fmt.Sprintf("fromUnixTimestamp64Micro(toInt64(%d + n * %d + cityHash64(n) %% %d), 'UTC') AS et", start, step, step),
 		"1 + cityHash64(n) % 20 AS k",
 		"intDiv(toUnixTimestamp(et), 60) * 60 AS m0",
+		"lower(toString(reinterpretAsUUID(sipHash128(n)))) AS u",
+		"concat(rname, '.', toString(n)) AS ename",
+		"concat('Reason', toString(cityHash64(n, 7) % 50)) AS reason",
+		"if(n % 7 = 0, 'Warning', 'Normal') AS typ",
+		"'Back-off restarting failed container' AS note",
+		"'v1' AS apiv",
+		"concat('example.com/controller-', toString(intHash32(obj) % 20)) AS rc",
+		"concat('controller-', toString(n % 200)) AS ri",
+		"toUnixTimestamp64Micro(et) AS et_us",
 	}
 	values := map[string]string{
 		"tenant_type": "tt", "tenant_name": "tn", "regarding_kind": "kind", "regarding_namespace": "ns",
-		"regarding_name": "rname", "event_time": "et", "uid": "lower(toString(reinterpretAsUUID(sipHash128(n))))",
-		"seq": "n * 3 + v + 1", "name": "concat(rname, '.', toString(n))", "namespace": "ns",
-		"type": "if(n % 7 = 0, 'Warning', 'Normal')", "reason": "concat('Reason', toString(cityHash64(n, 7) % 50))",
-		"action": "'Restart'", "note": "'Back-off restarting failed container'", "regarding_api_version": "'v1'",
-		"reporting_controller": "concat('example.com/controller-', toString(intHash32(obj) % 20))",
-		"reporting_instance":   "concat('controller-', toString(n % 200))",
+		"regarding_name": "rname", "event_time": "et", "uid": "u",
+		"seq": "n * 3 + v + 1", "name": "ename", "namespace": "ns",
+		"type": "typ", "reason": "reason",
+		"action": "'Restart'", "note": "note", "regarding_api_version": "apiv",
+		"reporting_controller": "rc",
+		"reporting_instance":   "ri",
 		"labels":               "map('app', concat('app-', toString(obj % 1000)))",
 		"subject":              "concat('events.', tt, '.', tn, '.core_', kind, '.', ns, '.', rname)",
 		"stored_at":            "et", "ttl_seconds": strconv.Itoa(int(ttlSeconds(DefaultTTL))),
@@ -85,6 +108,10 @@ func generateAnalyticsData(ctx context.Context, s *Store, n int) error {
 		"minutes": "multiIf(v = 0, [toDateTime(m0, 'UTC')], v = 1, [toDateTime(m0 + 60, 'UTC')], " +
 			"arrayMap(j -> toDateTime(m0 + 60 * (2 + j), 'UTC'), range(2 * k - 1)))",
 		"minute_counts": "if(v < 2, [toUInt32(1)], arrayWithConstant(2 * k - 1, toUInt32(1)))",
+	}
+	if shape.raw {
+		values["raw"] = benchRawSQL()
+		values["metadata"] = "map('team', concat('team-', toString(obj % 50)))"
 	}
 	var cols, exprs []string
 	for _, c := range eventColumns {
@@ -147,7 +174,7 @@ func setupAnalyticsBench(b *testing.B) {
 					return
 				}
 			}
-			if err := generateAnalyticsData(ctx, s, n); err != nil {
+			if err := generateAnalyticsData(ctx, s, n, benchShape{}); err != nil {
 				abench.err = err
 				return
 			}

@@ -111,16 +111,7 @@ func generateBenchData(ctx context.Context, s *Store, n int) error {
 		"'v1' AS apiv",
 		"toUnixTimestamp64Micro(et) AS et_us",
 	}
-	ts := pbVarintSQL(1, "intDiv(et_us, 1000000)") // seconds
-	ts = "concat(" + ts + ", " + pbVarintSQL(2, "(et_us % 1000000) * 1000") + ")"
-	reg := "concat(" + strings.Join([]string{pbSQL(1, "apiv"), pbSQL(2, "kind"), pbSQL(3, "ns"), pbSQL(4, "rname")}, ", ") + ")"
-	tenant := "concat(" + pbSQL(1, "tt") + ", " + pbSQL(2, "tn") + ")"
-	raw := "concat(" + strings.Join([]string{
-		pbSQL(1, "u"), pbSQL(2, "ename"), pbSQL(3, "ns"), pbSQL(4, ts), pbSQL(6, "rc"), pbSQL(7, "ri"),
-		pbSQL(9, "reason"), pbSQL(10, reg), pbSQL(12, "note"), pbSQL(13, "typ"), pbSQL(14, tenant),
-		// labels (field 15, map entry: key 1, value 2)
-		pbSQL(15, "concat("+pbSQL(1, "'app'")+", "+pbSQL(2, "concat('app-', toString(obj % 1000))")+")"),
-	}, ", ") + ")"
+	raw := benchRawSQL()
 	values := map[string]string{
 		"tenant_type": "tt", "tenant_name": "tn", "regarding_kind": "kind", "regarding_namespace": "ns",
 		"regarding_name": "rname", "event_time": "et", "uid": "u", "seq": "n + 1", "name": "ename", "namespace": "ns",
@@ -151,6 +142,21 @@ func generateBenchData(ctx context.Context, s *Store, n int) error {
 		}
 	}
 	return nil
+}
+
+// benchRawSQL is a protobuf Event built in SQL from the aliases u, ename,
+// ns, et_us, rc, ri, reason, apiv, kind, rname, note, typ, tt, tn and obj.
+func benchRawSQL() string {
+	ts := pbVarintSQL(1, "intDiv(et_us, 1000000)") // seconds
+	ts = "concat(" + ts + ", " + pbVarintSQL(2, "(et_us % 1000000) * 1000") + ")"
+	reg := "concat(" + strings.Join([]string{pbSQL(1, "apiv"), pbSQL(2, "kind"), pbSQL(3, "ns"), pbSQL(4, "rname")}, ", ") + ")"
+	tenant := "concat(" + pbSQL(1, "tt") + ", " + pbSQL(2, "tn") + ")"
+	return "concat(" + strings.Join([]string{
+		pbSQL(1, "u"), pbSQL(2, "ename"), pbSQL(3, "ns"), pbSQL(4, ts), pbSQL(6, "rc"), pbSQL(7, "ri"),
+		pbSQL(9, "reason"), pbSQL(10, reg), pbSQL(12, "note"), pbSQL(13, "typ"), pbSQL(14, tenant),
+		// labels (field 15, map entry: key 1, value 2)
+		pbSQL(15, "concat("+pbSQL(1, "'app'")+", "+pbSQL(2, "concat('app-', toString(obj % 1000))")+")"),
+	}, ", ") + ")"
 }
 
 func setupBench(b *testing.B) {

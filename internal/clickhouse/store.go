@@ -63,6 +63,9 @@ type Store struct {
 	eventsTable string
 	// selectSettings ends every ORDER BY … LIMIT query (see Open).
 	selectSettings string
+	// noRecent makes listings read the events table only (benchmarks
+	// compare it with events_recent).
+	noRecent bool
 }
 
 // events is the quoted events table.
