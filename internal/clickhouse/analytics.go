@@ -81,14 +81,33 @@ var dimensionExprs = map[string]string{
 	query.DimRegardingKind:       "regarding_kind",
 	query.DimNamespace:           "namespace",
 	query.DimReportingController: "reporting_controller",
+	query.DimReportingInstance:   "reporting_instance",
+	query.DimRegardingName:       "regarding_name",
+	query.DimRegardingObject:     "if(regarding_namespace = '', regarding_name, concat(toString(regarding_namespace), '/', regarding_name))",
+	query.DimRegarding:           objectDimension("regarding_"),
+	query.DimRelated:             "if(related_kind = '' AND related_name = '', '', " + objectDimension("related_") + ")",
 	query.DimTenant:              "if(tenant_name = '', toString(tenant_type), concat(toString(tenant_type), '/', toString(tenant_name)))",
 }
 
-// dimensionSQLs are the expressions of dimensions a query.*Plan checked.
-func dimensionSQLs(names []string) []string {
+// objectDimension is "Kind/namespace/name" of an object reference, or
+// "Kind/name" without a namespace.
+func objectDimension(prefix string) string {
+	return "concat(toString(" + prefix + "kind), '/', if(" + prefix + "namespace = '', '', concat(toString(" + prefix + "namespace), '/')), " + prefix + "name)"
+}
+
+// dimensionSQLs are the expressions of dimensions a query.*Plan checked;
+// a keyed dimension's key is a parameter.
+func dimensionSQLs(p *paramSet, names []string) []string {
 	out := make([]string, len(names))
 	for i, n := range names {
-		out[i] = dimensionExprs[n]
+		switch prefix, key, ok := query.DimensionKey(n); {
+		case !ok:
+			out[i] = dimensionExprs[n]
+		case prefix == query.DimLabelPrefix:
+			out[i] = "labels[" + p.str(key) + "]"
+		default:
+			out[i] = "metadata[" + p.str(key) + "]"
+		}
 	}
 	return out
 }

@@ -451,32 +451,29 @@ func TestAnalyticsMigrationBackfill(t *testing.T) {
 	})
 }
 
-// TestAnalyticsClusterDDL: on a cluster, every analytics statement but the
-// backfill runs ON CLUSTER, and the tables are replicated.
+// TestAnalyticsClusterDDL: on a cluster, every statement of the
+// migrations after the events table but the backfills runs ON CLUSTER, and
+// the tables are replicated.
 func TestAnalyticsClusterDDL(t *testing.T) {
-	var m *migration
-	for i := range migrations {
-		if migrations[i].version == 2 {
-			m = &migrations[i]
-		}
+	if len(migrations) < 4 {
+		t.Fatalf("%d migrations, want at least 4", len(migrations))
 	}
-	if m == nil {
-		t.Fatal("no migration 2")
-	}
-	for _, q := range m.stmts(ddl{db: quoteIdent("eg"), cluster: quoteIdent("prod")}) {
-		if strings.HasPrefix(q, "INSERT") {
-			continue
+	for _, m := range migrations[1:] {
+		for _, q := range m.stmts(ddl{db: quoteIdent("eg"), cluster: quoteIdent("prod")}) {
+			if strings.HasPrefix(q, "INSERT") {
+				continue
+			}
+			if !strings.Contains(q, "ON CLUSTER `prod`") {
+				t.Errorf("migration %d: not ON CLUSTER: %s", m.version, q)
+			}
+			if strings.HasPrefix(q, "CREATE TABLE") && !strings.Contains(q, "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/") {
+				t.Errorf("migration %d: not replicated: %s", m.version, q)
+			}
 		}
-		if !strings.Contains(q, "ON CLUSTER `prod`") {
-			t.Errorf("not ON CLUSTER: %s", q)
-		}
-		if strings.HasPrefix(q, "CREATE TABLE") && !strings.Contains(q, "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/") {
-			t.Errorf("not replicated: %s", q)
-		}
-	}
-	for _, q := range m.stmts(ddl{db: quoteIdent("eg")}) {
-		if strings.Contains(q, "ON CLUSTER") || strings.Contains(q, "Replicated") {
-			t.Errorf("single-node DDL: %s", q)
+		for _, q := range m.stmts(ddl{db: quoteIdent("eg")}) {
+			if strings.Contains(q, "ON CLUSTER") || strings.Contains(q, "Replicated") {
+				t.Errorf("migration %d: single-node DDL: %s", m.version, q)
+			}
 		}
 	}
 }

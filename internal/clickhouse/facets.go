@@ -17,7 +17,6 @@ func (s *Store) Facets(ctx context.Context, q query.FacetsRequest) (query.Facets
 		return query.Facets{}, err
 	}
 	l, limit, names := pl.Limits, pl.Limit, pl.Dimensions
-	exprs := dimensionSQLs(names)
 	cols := make([]string, len(names))
 	for i := range names {
 		cols[i] = "d" + strconv.Itoa(i)
@@ -31,7 +30,7 @@ func (s *Store) Facets(ctx context.Context, q query.FacetsRequest) (query.Facets
 		return out, nil
 	}
 	p := newParams()
-	occ := s.occurrencesSQL(p, q.Scope, q.Filter, exprs, since, until)
+	occ := s.occurrencesSQL(p, q.Scope, q.Filter, dimensionSQLs(p, names), since, until)
 	bound := &groupBound{field: "dimensions", limit: "MaxGroups", what: "distinct values of the dimensions together", max: len(names) * l.MaxGroups}
 	// One aggregation with a grouping set per dimension; grouping() tells
 	// the sets apart (0 for the dimension a set groups by).

@@ -20,7 +20,7 @@ func (s *Store) Histogram(ctx context.Context, q query.HistogramRequest) (query.
 		return h, nil
 	}
 	p := newParams()
-	dims := dimensionSQLs(pl.GroupBy)
+	dims := dimensionSQLs(p, pl.GroupBy)
 	occ := s.occurrencesSQL(p, q.Scope, q.Filter, dims, pl.Since, pl.Until)
 	bucket := "intDiv(toUnixTimestamp64Micro(t) - " + p.i64(pl.Since.UnixMicro()) + ", " + p.i64(pl.Step.Microseconds()) + ")"
 	if len(dims) == 0 {

@@ -19,7 +19,7 @@ func (s *Store) Top(ctx context.Context, q query.TopRequest) (query.Top, error) 
 		return top, nil
 	}
 	p := newParams()
-	occ := s.occurrencesSQL(p, q.Scope, q.Filter, dimensionSQLs([]string{q.Dimension}), pl.PreviousSince, pl.Until)
+	occ := s.occurrencesSQL(p, q.Scope, q.Filter, dimensionSQLs(p, []string{q.Dimension}), pl.PreviousSince, pl.Until)
 	cut := p.micros(ceilMicros(pl.Since))
 	// The engine's bound counts the values of both windows; the exact
 	// check (values of the window) follows.

@@ -2,6 +2,7 @@ package query
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -169,26 +170,60 @@ const (
 	DimRegardingKind       = "regarding.kind"
 	DimNamespace           = "namespace"
 	DimReportingController = "reportingController"
+	DimReportingInstance   = "reportingInstance"
+	// DimRegardingName is the regarding object's name; DimRegardingObject
+	// names it whole, "namespace/name" (just "name" without a namespace);
+	// DimRegarding is "Kind/namespace/name".
+	DimRegardingName   = "regarding.name"
+	DimRegardingObject = "regarding.namespacedName"
+	DimRegarding       = "regarding"
+	// DimRelated is the related object as "Kind/namespace/name"; "" for
+	// events without one.
+	DimRelated = "related"
 	// DimTenant is "type/name" ("global" for the global tenant); only for a
 	// scope of several tenants.
 	DimTenant = "tenant"
+	// DimLabelPrefix and DimMetadataPrefix name a label or metadata key:
+	// "labels.app" groups by the value of label app ("" where unset).
+	DimLabelPrefix    = "labels."
+	DimMetadataPrefix = "metadata."
 )
 
-// Dimensions lists every dimension.
-var Dimensions = []string{DimType, DimReason, DimAction, DimRegardingKind, DimNamespace, DimReportingController, DimTenant}
+// Dimensions lists every dimension but the keyed ones (labels.<key>,
+// metadata.<key>).
+var Dimensions = []string{DimType, DimReason, DimAction, DimRegardingKind, DimNamespace, DimReportingController,
+	DimReportingInstance, DimRegardingName, DimRegardingObject, DimRegarding, DimRelated, DimTenant}
 
 // DefaultFacetDimensions are Facets' dimensions when none are asked for.
 var DefaultFacetDimensions = []string{DimType, DimReason, DimRegardingKind, DimNamespace, DimReportingController}
 
-// CheckDimension refuses an unknown dimension, and grouping by tenant
-// without a scope of several tenants; field is the request field named.
-func CheckDimension(field, name string, sc Scope) error {
-	known := false
-	for _, d := range Dimensions {
-		known = known || d == name
+// MaxDimensionKey bounds the key of a labels.<key> or metadata.<key>
+// dimension (a Kubernetes label key has at most 253 + 1 + 63 characters).
+const MaxDimensionKey = 317
+
+// DimensionKey splits a keyed dimension into its prefix and key; ok is
+// false for the others.
+func DimensionKey(name string) (prefix, key string, ok bool) {
+	for _, p := range []string{DimLabelPrefix, DimMetadataPrefix} {
+		if k, found := strings.CutPrefix(name, p); found {
+			return p, k, true
+		}
 	}
-	if !known {
-		return BadField(field, "unknown dimension %q; one of %s", name, strings.Join(Dimensions, ", "))
+	return "", "", false
+}
+
+// CheckDimension refuses an unknown dimension, a keyed one without a key,
+// and grouping by tenant without a scope of several tenants; field is the
+// request field named.
+func CheckDimension(field, name string, sc Scope) error {
+	if _, key, ok := DimensionKey(name); ok {
+		if key == "" || len(key) > MaxDimensionKey {
+			return BadField(field, "dimension %q needs a key of 1 to %d characters", name, MaxDimensionKey)
+		}
+		return nil
+	}
+	if !slices.Contains(Dimensions, name) {
+		return BadField(field, "unknown dimension %q; one of %s, labels.<key> or metadata.<key>", name, strings.Join(Dimensions, ", "))
 	}
 	if name == DimTenant && !sc.SeveralTenants() {
 		return BadField(field, "dimension %q needs a caller who may read several tenants and a request that names none or a whole tenant type", name)
