@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/query"
 )
 
@@ -214,4 +215,64 @@ func runDashboardAnalytics(b *testing.B, s *Store) {
 			})
 		}
 	}
+}
+
+// BenchmarkInsertRecentCost measures what events_recent costs the write
+// path: Store.Insert of ~600-byte events in batches of the ingest's size
+// into two databases, one without the events_recent view, alternately in
+// the same loop; it reports both rates and their ratio.
+func BenchmarkInsertRecentCost(b *testing.B) {
+	ctx := context.Background()
+	open := func(drop bool) *Store {
+		cfg := DefaultConfig()
+		cfg.Database = testDatabase(b)
+		s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			s.Close()
+			engine(b).Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
+		})
+		if drop {
+			if err := s.t.exec(ctx, "DROP VIEW "+s.ddl.table("events_recent_mv"), nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return s
+	}
+	with, without := open(false), open(true)
+	size := DefaultConfig().BatchSize
+	at := time.Now().Add(-time.Hour)
+	batches := make([][]Row, 4)
+	for j := range batches {
+		batches[j] = make([]Row, size)
+		for i := range batches[j] {
+			n := j*size + i
+			ev := realisticEvent(n, 1000, at)
+			raw, _ := event.Marshal(ev)
+			batches[j][i] = Row{Seq: uint64(n + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: at, Raw: raw}
+		}
+	}
+	b.ResetTimer()
+	stores := [2]*Store{with, without}
+	var took [2]time.Duration
+	for i := 0; i < b.N; i++ {
+		order := [2]int{0, 1}
+		if i%2 == 1 {
+			order = [2]int{1, 0} // neither always goes first
+		}
+		for _, k := range order {
+			start := time.Now()
+			if err := stores[k].Insert(ctx, batches[i%len(batches)]); err != nil {
+				b.Fatal(err)
+			}
+			took[k] += time.Since(start)
+		}
+	}
+	tWith, tWithout := took[0], took[1]
+	rows := float64(b.N * size)
+	b.ReportMetric(rows/tWith.Seconds(), "rows/s_with")
+	b.ReportMetric(rows/tWithout.Seconds(), "rows/s_without")
+	b.ReportMetric(tWith.Seconds()/tWithout.Seconds(), "time_ratio")
 }
