@@ -74,9 +74,14 @@ func pbTime(us string) string {
 	return "concat(" + pbInt(1, "intDiv("+us+", 1000000)") + ", " + pbInt(2, "("+us+" % 1000000) * 1000") + ")"
 }
 
+// LargeTenant holds half of the generated events; 500 small tenants share
+// the rest.
+var LargeTenant = [2]string{"organization", "large"}
+
 // storeInsertSQL is one INSERT … SELECT of events [lo, hi) of n spread over
-// 30 days ending at end: 1,000 tenants, 100,000 objects (about n/100,000
-// events each) of 20 kinds in 10 namespaces per kind, 50 reasons, 200
+// 30 days ending at end: the large tenant and 500 small ones, 100,000
+// objects (about n/100,000 events each; 50,000 the large tenant's) of 20
+// kinds in 10 namespaces per kind, 50 reasons, 200
 // reporting instances, a raw protobuf that Query and Get decode, and
 // seriesPercent series with two more versions each. seq is the version
 // number (1..3), so every row is visible at any resourceVersion ≥ 3.
@@ -93,8 +98,10 @@ func storeInsertSQL(table string, lo, hi, n int, end time.Time) string {
 		"n % 100000 AS obj",
 		"obj % 1000 AS tenant",
 		"cityHash64(n, 'series') % 100 < " + strconv.Itoa(seriesPercent) + " AS is_series",
-		"if(tenant % 10 = 0, 'organization', 'project') AS tt",
-		"concat('tenant-', toString(tenant)) AS tn",
+		// Half of the objects (and events) are the large tenant's.
+		"obj % 2 = 0 AS big",
+		"if(big OR tenant % 10 = 0, 'organization', 'project') AS tt",
+		"if(big, '" + LargeTenant[1] + "', concat('tenant-', toString(tenant))) AS tn",
 		"[" + strings.Join(quoted, ", ") + "][intHash32(obj) % 20 + 1] AS kind",
 		"concat('ns-', toString(intHash32(obj) % 200 % 10)) AS ns",
 		"concat(lower(kind), '-', toString(obj)) AS rname",
@@ -183,6 +190,11 @@ func GenerateStore(ctx context.Context, dataDir, lib string, n int, log *slog.Lo
 			return nil, fmt.Errorf("generate events %d..%d: %w", lo, min(lo+chunk, n), err)
 		}
 	}
+	// The view copied every day into events_recent; TTL merges would keep
+	// only the last days, as a running gateway's table holds.
+	if err := e.Exec(ctx, "ALTER TABLE "+cfg.Database+".events_recent MATERIALIZE TTL SETTINGS mutations_sync = 1"); err != nil {
+		return nil, fmt.Errorf("generated store: events_recent TTL: %w", err)
+	}
 	info.Elapsed = time.Since(start)
 	start = time.Now()
 	for deadline := time.Now().Add(4 * time.Minute); time.Now().Before(deadline); {
@@ -227,7 +239,8 @@ func GenerateStore(ctx context.Context, dataDir, lib string, n int, log *slog.Lo
 	for _, s := range samples {
 		info.Objects = append(info.Objects, ObjectRef{s.TT, s.TN, s.Kind, s.NS, s.Name})
 		info.UIDs = append(info.UIDs, UIDRef{s.TT, s.TN, s.UID})
-		if t := [2]string{s.TT, s.TN}; !seen[t] && len(info.Tenants) < 200 {
+		// Tenants sampled for the one-tenant reads are the small ones.
+		if t := [2]string{s.TT, s.TN}; !seen[t] && t != LargeTenant && len(info.Tenants) < 200 {
 			seen[t] = true
 			info.Tenants = append(info.Tenants, t)
 		}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eventgate/eventgate/internal/query"
 )
 
 // The analytics benchmark store: EVENTGATE_BENCH_EVENTS events (default
@@ -31,22 +33,36 @@ var abench struct {
 	err     error
 	store   *Store
 	n       int
-	tenants []TenantRef
+	tenants []query.TenantRef
 	end     time.Time // the newest eventTime
 	genTime time.Duration
 }
 
 const benchSeriesPercent = 3
 
+// benchShape varies the generated store.
+type benchShape struct {
+	// bigTenant puts half of the objects (and events) in one tenant,
+	// organization/big.
+	bigTenant bool
+	// raw writes the protobuf event, so that Query can list the store, and
+	// a metadata key (team, 50 values).
+	raw bool
+}
+
 // generateAnalyticsData writes n events (and their series versions) in
 // time order.
-func generateAnalyticsData(ctx context.Context, s *Store, n int) error {
+func generateAnalyticsData(ctx context.Context, s *Store, n int, shape benchShape) error {
 	kinds := []string{"Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "Service",
 		"Ingress", "ConfigMap", "Secret", "Node", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "Namespace",
 		"Certificate", "Gateway", "HTTPRoute", "Workload", "Instance"}
 	quoted := make([]string, len(kinds))
 	for i, k := range kinds {
 		quoted[i] = "'" + k + "'"
+	}
+	bigSQL := "0"
+	if shape.bigTenant {
+		bigSQL = "obj % 2 = 0"
 	}
 	span := int64(30 * 24 * time.Hour / time.Microsecond)
 	step := span / int64(n) // microseconds between events
@@ -56,23 +72,32 @@ func generateAnalyticsData(ctx context.Context, s *Store, n int) error {
 		"n % 100000 AS obj",
 		"obj % 1000 AS tenant",
 		"cityHash64(n, 'series') % 100 < " + strconv.Itoa(benchSeriesPercent) + " AS is_series",
-		"if(tenant % 10 = 0, 'organization', 'project') AS tt",
-		"concat('tenant-', toString(tenant)) AS tn",
+		"if(tenant % 10 = 0 OR " + bigSQL + ", 'organization', 'project') AS tt",
+		"if(" + bigSQL + ", 'big', concat('tenant-', toString(tenant))) AS tn",
 		"[" + strings.Join(quoted, ", ") + "][intHash32(obj) % 20 + 1] AS kind",
 		"concat('ns-', toString(intHash32(obj) % 200 % 10)) AS ns",
 		"concat(lower(kind), '-', toString(obj)) AS rname",
 		fmt.Sprintf("fromUnixTimestamp64Micro(toInt64(%d + n * %d + cityHash64(n) %% %d), 'UTC') AS et", start, step, step),
 		"1 + cityHash64(n) % 20 AS k",
 		"intDiv(toUnixTimestamp(et), 60) * 60 AS m0",
+		"lower(toString(reinterpretAsUUID(sipHash128(n)))) AS u",
+		"concat(rname, '.', toString(n)) AS ename",
+		"concat('Reason', toString(cityHash64(n, 7) % 50)) AS reason",
+		"if(n % 7 = 0, 'Warning', 'Normal') AS typ",
+		"'Back-off restarting failed container' AS note",
+		"'v1' AS apiv",
+		"concat('example.com/controller-', toString(intHash32(obj) % 20)) AS rc",
+		"concat('controller-', toString(n % 200)) AS ri",
+		"toUnixTimestamp64Micro(et) AS et_us",
 	}
 	values := map[string]string{
 		"tenant_type": "tt", "tenant_name": "tn", "regarding_kind": "kind", "regarding_namespace": "ns",
-		"regarding_name": "rname", "event_time": "et", "uid": "lower(toString(reinterpretAsUUID(sipHash128(n))))",
-		"seq": "n * 3 + v + 1", "name": "concat(rname, '.', toString(n))", "namespace": "ns",
-		"type": "if(n % 7 = 0, 'Warning', 'Normal')", "reason": "concat('Reason', toString(cityHash64(n, 7) % 50))",
-		"action": "'Restart'", "note": "'Back-off restarting failed container'", "regarding_api_version": "'v1'",
-		"reporting_controller": "concat('example.com/controller-', toString(intHash32(obj) % 20))",
-		"reporting_instance":   "concat('controller-', toString(n % 200))",
+		"regarding_name": "rname", "event_time": "et", "uid": "u",
+		"seq": "n * 3 + v + 1", "name": "ename", "namespace": "ns",
+		"type": "typ", "reason": "reason",
+		"action": "'Restart'", "note": "note", "regarding_api_version": "apiv",
+		"reporting_controller": "rc",
+		"reporting_instance":   "ri",
 		"labels":               "map('app', concat('app-', toString(obj % 1000)))",
 		"subject":              "concat('events.', tt, '.', tn, '.core_', kind, '.', ns, '.', rname)",
 		"stored_at":            "et", "ttl_seconds": strconv.Itoa(int(ttlSeconds(DefaultTTL))),
@@ -83,6 +108,10 @@ func generateAnalyticsData(ctx context.Context, s *Store, n int) error {
 		"minutes": "multiIf(v = 0, [toDateTime(m0, 'UTC')], v = 1, [toDateTime(m0 + 60, 'UTC')], " +
 			"arrayMap(j -> toDateTime(m0 + 60 * (2 + j), 'UTC'), range(2 * k - 1)))",
 		"minute_counts": "if(v < 2, [toUInt32(1)], arrayWithConstant(2 * k - 1, toUInt32(1)))",
+	}
+	if shape.raw {
+		values["raw"] = benchRawSQL()
+		values["metadata"] = "map('team', concat('team-', toString(obj % 50)))"
 	}
 	var cols, exprs []string
 	for _, c := range eventColumns {
@@ -145,7 +174,7 @@ func setupAnalyticsBench(b *testing.B) {
 					return
 				}
 			}
-			if err := generateAnalyticsData(ctx, s, n); err != nil {
+			if err := generateAnalyticsData(ctx, s, n, benchShape{}); err != nil {
 				abench.err = err
 				return
 			}
@@ -169,7 +198,7 @@ func setupAnalyticsBench(b *testing.B) {
 			return
 		}
 		for rs.Next() {
-			var t TenantRef
+			var t query.TenantRef
 			rs.Scan(&t.Type, &t.Name)
 			abench.tenants = append(abench.tenants, t)
 		}
@@ -251,10 +280,12 @@ func runAnalyticsBench(b *testing.B, s *Store, end time.Time) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	scopes := []struct {
 		name  string
-		scope func() Scope
+		scope func() query.Scope
 	}{
-		{"tenant", func() Scope { return Scope{Tenants: []TenantRef{abench.tenants[rng.IntN(len(abench.tenants))]}} }},
-		{"all", func() Scope { return Scope{All: true} }},
+		{"tenant", func() query.Scope {
+			return query.Scope{Tenants: []query.TenantRef{abench.tenants[rng.IntN(len(abench.tenants))]}}
+		}},
+		{"all", func() query.Scope { return query.Scope{All: true} }},
 	}
 	windows := []struct {
 		name string
@@ -265,13 +296,13 @@ func runAnalyticsBench(b *testing.B, s *Store, end time.Time) {
 			if w.name != "24h" && sc.name == "tenant" {
 				continue
 			}
-			q := func() AnalyticsQuery {
+			q := func() query.Analytics {
 				// Windows end at the newest events, at a fresh instant
 				// each time, as a dashboard's "last 24 hours".
 				until := end.Add(-time.Duration(rng.IntN(600)) * time.Second)
-				return AnalyticsQuery{Scope: sc.scope(), Filter: Filter{Since: until.Add(-w.d), Until: until}}
+				return query.Analytics{Scope: sc.scope(), Filter: query.Filter{Since: until.Add(-w.d), Until: until}}
 			}
-			run := func(name string, f func(AnalyticsQuery) (int64, error)) {
+			run := func(name string, f func(query.Analytics) (int64, error)) {
 				b.Run(name+"/"+w.name+"/"+sc.name, func(b *testing.B) {
 					var lat latencies
 					var total int64
@@ -291,20 +322,20 @@ func runAnalyticsBench(b *testing.B, s *Store, end time.Time) {
 					lat.report(b)
 				})
 			}
-			run("HistogramByReason", func(aq AnalyticsQuery) (int64, error) {
-				h, err := s.Histogram(ctx, HistogramQuery{AnalyticsQuery: aq, GroupBy: []string{DimReason}})
+			run("HistogramByReason", func(aq query.Analytics) (int64, error) {
+				h, err := s.Histogram(ctx, query.HistogramRequest{Analytics: aq, GroupBy: []string{query.DimReason}})
 				return h.Total, err
 			})
-			run("Top10Reasons", func(aq AnalyticsQuery) (int64, error) {
-				t, err := s.Top(ctx, TopQuery{AnalyticsQuery: aq, Dimension: DimReason, Limit: 10})
+			run("Top10Reasons", func(aq query.Analytics) (int64, error) {
+				t, err := s.Top(ctx, query.TopRequest{Analytics: aq, Dimension: query.DimReason, Limit: 10})
 				return t.Total, err
 			})
-			run("Facets5", func(aq AnalyticsQuery) (int64, error) {
-				f, err := s.Facets(ctx, FacetsQuery{AnalyticsQuery: aq})
+			run("Facets5", func(aq query.Analytics) (int64, error) {
+				f, err := s.Facets(ctx, query.FacetsRequest{Analytics: aq})
 				return f.Total, err
 			})
-			run("Series", func(aq AnalyticsQuery) (int64, error) {
-				l, err := s.Series(ctx, SeriesQuery{AnalyticsQuery: aq})
+			run("Series", func(aq query.Analytics) (int64, error) {
+				l, err := s.Series(ctx, query.SeriesRequest{Analytics: aq})
 				return int64(l.Total), err
 			})
 		}

@@ -40,9 +40,14 @@ var analyticsFilterColumns = []string{
 	"labels",
 }
 
+// analyticsDimensionColumns are the events columns analytics groups by
+// beyond the filter columns (metadata.<key>; migration 4).
+var analyticsDimensionColumns = []string{"metadata"}
+
 // analyticsEventsColumns: identity, filter columns, series state, retention.
 func analyticsEventsColumns() []column {
 	names := append([]string{"event_time", "uid", "seq"}, analyticsFilterColumns...)
+	names = append(names, analyticsDimensionColumns...)
 	names = append(names, "series_count", "series_last_observed", "series_state", "ttl_seconds")
 	return eventColumnsNamed(names...)
 }
@@ -51,6 +56,7 @@ func analyticsEventsColumns() []column {
 // occurrences its per-minute record holds.
 func seriesMinuteTotalsColumns() []column {
 	names := append([]string{"event_time", "uid", "seq"}, analyticsFilterColumns...)
+	names = append(names, analyticsDimensionColumns...)
 	names = append(names, "series_last_observed", "ttl_seconds")
 	return append(eventColumnsNamed(names...), column{"minutes_total", "UInt64", ""})
 }
@@ -59,6 +65,7 @@ func seriesMinuteTotalsColumns() []column {
 // minute and its count.
 func eventMinutesColumns() []column {
 	names := append([]string{"event_time", "uid", "seq"}, analyticsFilterColumns...)
+	names = append(names, analyticsDimensionColumns...)
 	names = append(names, "series_last_observed", "ttl_seconds")
 	cols := eventColumnsNamed(names...)
 	return append(cols, column{"minute", "DateTime('UTC')", "CODEC(Delta, ZSTD(1))"}, column{"occurrences", "UInt32", ""})
@@ -183,4 +190,24 @@ func analyticsMigration(d ddl) []string {
 		"INSERT INTO " + st + " " + seriesMinuteTotalsSelect(events),
 		"INSERT INTO " + em + " " + eventMinutesSelect(events),
 	}
+}
+
+// analyticsDimensionsMigration adds analyticsDimensionColumns to the
+// analytics tables of a database created before them (one created since has
+// them from migration 2, which renders the current columns) and has the
+// views copy them. Rows stored before have them empty.
+func analyticsDimensionsMigration(d ddl) []string {
+	events := d.table("events")
+	var stmts []string
+	for _, tbl := range []string{"analytics_events", "analytics_series", "series_minute_totals", "event_minutes"} {
+		for _, c := range eventColumnsNamed(analyticsDimensionColumns...) {
+			stmts = append(stmts, "ALTER TABLE "+d.table(tbl)+d.onCluster()+" ADD COLUMN IF NOT EXISTS "+c.name+" "+c.typ+" "+c.codec)
+		}
+	}
+	return append(stmts,
+		"ALTER TABLE "+d.table("analytics_events_mv")+d.onCluster()+" MODIFY QUERY "+analyticsEventsSelect(events),
+		"ALTER TABLE "+d.table("analytics_series_mv")+d.onCluster()+" MODIFY QUERY "+analyticsEventsSelect(events)+" WHERE series_count > 0",
+		"ALTER TABLE "+d.table("series_minute_totals_mv")+d.onCluster()+" MODIFY QUERY "+seriesMinuteTotalsSelect(events),
+		"ALTER TABLE "+d.table("event_minutes_mv")+d.onCluster()+" MODIFY QUERY "+eventMinutesSelect(events),
+	)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/query"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -37,12 +38,12 @@ var bench struct {
 }
 
 type benchObject struct {
-	tenant                TenantRef
+	tenant                query.TenantRef
 	kind, namespace, name string
 }
 
 type benchUID struct {
-	tenant TenantRef
+	tenant query.TenantRef
 	uid    string
 }
 
@@ -110,16 +111,7 @@ func generateBenchData(ctx context.Context, s *Store, n int) error {
 		"'v1' AS apiv",
 		"toUnixTimestamp64Micro(et) AS et_us",
 	}
-	ts := pbVarintSQL(1, "intDiv(et_us, 1000000)") // seconds
-	ts = "concat(" + ts + ", " + pbVarintSQL(2, "(et_us % 1000000) * 1000") + ")"
-	reg := "concat(" + strings.Join([]string{pbSQL(1, "apiv"), pbSQL(2, "kind"), pbSQL(3, "ns"), pbSQL(4, "rname")}, ", ") + ")"
-	tenant := "concat(" + pbSQL(1, "tt") + ", " + pbSQL(2, "tn") + ")"
-	raw := "concat(" + strings.Join([]string{
-		pbSQL(1, "u"), pbSQL(2, "ename"), pbSQL(3, "ns"), pbSQL(4, ts), pbSQL(6, "rc"), pbSQL(7, "ri"),
-		pbSQL(9, "reason"), pbSQL(10, reg), pbSQL(12, "note"), pbSQL(13, "typ"), pbSQL(14, tenant),
-		// labels (field 15, map entry: key 1, value 2)
-		pbSQL(15, "concat("+pbSQL(1, "'app'")+", "+pbSQL(2, "concat('app-', toString(obj % 1000))")+")"),
-	}, ", ") + ")"
+	raw := benchRawSQL()
 	values := map[string]string{
 		"tenant_type": "tt", "tenant_name": "tn", "regarding_kind": "kind", "regarding_namespace": "ns",
 		"regarding_name": "rname", "event_time": "et", "uid": "u", "seq": "n + 1", "name": "ename", "namespace": "ns",
@@ -150,6 +142,21 @@ func generateBenchData(ctx context.Context, s *Store, n int) error {
 		}
 	}
 	return nil
+}
+
+// benchRawSQL is a protobuf Event built in SQL from the aliases u, ename,
+// ns, et_us, rc, ri, reason, apiv, kind, rname, note, typ, tt, tn and obj.
+func benchRawSQL() string {
+	ts := pbVarintSQL(1, "intDiv(et_us, 1000000)") // seconds
+	ts = "concat(" + ts + ", " + pbVarintSQL(2, "(et_us % 1000000) * 1000") + ")"
+	reg := "concat(" + strings.Join([]string{pbSQL(1, "apiv"), pbSQL(2, "kind"), pbSQL(3, "ns"), pbSQL(4, "rname")}, ", ") + ")"
+	tenant := "concat(" + pbSQL(1, "tt") + ", " + pbSQL(2, "tn") + ")"
+	return "concat(" + strings.Join([]string{
+		pbSQL(1, "u"), pbSQL(2, "ename"), pbSQL(3, "ns"), pbSQL(4, ts), pbSQL(6, "rc"), pbSQL(7, "ri"),
+		pbSQL(9, "reason"), pbSQL(10, reg), pbSQL(12, "note"), pbSQL(13, "typ"), pbSQL(14, tenant),
+		// labels (field 15, map entry: key 1, value 2)
+		pbSQL(15, "concat("+pbSQL(1, "'app'")+", "+pbSQL(2, "concat('app-', toString(obj % 1000))")+")"),
+	}, ", ") + ")"
 }
 
 func setupBench(b *testing.B) {
@@ -270,10 +277,10 @@ func BenchmarkStore(b *testing.B) {
 		var lat latencies
 		for i := 0; i < b.N; i++ {
 			o := bench.objects[rng.IntN(len(bench.objects))]
-			q := Query{
-				Scope: Scope{Tenants: []TenantRef{o.tenant}},
-				Filter: Filter{Regarding: ObjectFilter{
-					Kind: StringSet{In: []string{o.kind}}, Namespace: StringSet{In: []string{o.namespace}}, Name: StringSet{In: []string{o.name}},
+			q := query.List{
+				Scope: query.Scope{Tenants: []query.TenantRef{o.tenant}},
+				Filter: query.Filter{Regarding: query.ObjectFilter{
+					Kind: query.StringSet{In: []string{o.kind}}, Namespace: query.StringSet{In: []string{o.namespace}}, Name: query.StringSet{In: []string{o.name}},
 				}},
 				PageSize: 100,
 			}
@@ -294,7 +301,7 @@ func BenchmarkStore(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			u := bench.uids[rng.IntN(len(bench.uids))]
 			start := time.Now()
-			ev, err := s.Get(ctx, Scope{Tenants: []TenantRef{u.tenant}}, GetQuery{UID: u.uid})
+			ev, err := s.Get(ctx, query.Scope{Tenants: []query.TenantRef{u.tenant}}, query.Lookup{UID: u.uid})
 			lat = append(lat, time.Since(start))
 			if err != nil || ev.GetUid() != u.uid {
 				b.Fatalf("get %s: %v %v", u.uid, ev, err)
@@ -307,7 +314,7 @@ func BenchmarkStore(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			u := bench.uids[rng.IntN(len(bench.uids))]
 			start := time.Now()
-			ev, err := s.Get(ctx, Scope{All: true}, GetQuery{UID: u.uid})
+			ev, err := s.Get(ctx, query.Scope{All: true}, query.Lookup{UID: u.uid})
 			lat = append(lat, time.Since(start))
 			if err != nil || ev.GetUid() != u.uid {
 				b.Fatalf("get %s: %v %v", u.uid, ev, err)
@@ -319,7 +326,7 @@ func BenchmarkStore(b *testing.B) {
 		var lat latencies
 		for i := 0; i < b.N; i++ {
 			start := time.Now()
-			p, err := s.Query(ctx, Query{Scope: all, PageSize: 100}, rv-uint64(rng.IntN(1000)))
+			p, err := s.Query(ctx, query.List{Scope: all, PageSize: 100}, rv-uint64(rng.IntN(1000)))
 			lat = append(lat, time.Since(start))
 			if err != nil || len(p.Events) != 100 {
 				b.Fatalf("query all: %d events, %v", len(p.Events), err)
@@ -332,7 +339,7 @@ func BenchmarkStore(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			o := bench.objects[rng.IntN(len(bench.objects))]
 			start := time.Now()
-			p, err := s.Query(ctx, Query{Scope: Scope{Tenants: []TenantRef{o.tenant}}, PageSize: 100}, rv)
+			p, err := s.Query(ctx, query.List{Scope: query.Scope{Tenants: []query.TenantRef{o.tenant}}, PageSize: 100}, rv)
 			lat = append(lat, time.Since(start))
 			if err != nil || len(p.Events) != 100 {
 				b.Fatalf("query tenant %v: %d events, %v", o.tenant, len(p.Events), err)

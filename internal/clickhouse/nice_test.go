@@ -17,6 +17,7 @@ import (
 
 	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/query"
 )
 
 // threadNice reads thread tid's nice value from /proc (field 19 of stat).
@@ -126,7 +127,7 @@ func TestWriterNice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := uidsOf(query(t, s, Query{Scope: all, PageSize: MaxPageSize, OldestFirst: true}, uint64(len(uids))).Events); !slices.Equal(got, uids) {
+	if got := uidsOf(listPage(t, s, query.List{Scope: all, PageSize: query.MaxPageSize, OldestFirst: true}, uint64(len(uids))).Events); !slices.Equal(got, uids) {
 		t.Fatalf("stored %d events, want %d", len(got), len(uids))
 	}
 
@@ -169,7 +170,7 @@ func TestInsertOnNiceThread(t *testing.T) {
 		if err := s.insert(ctx, rows, th); err != nil {
 			t.Fatal(err)
 		}
-		if got := query(t, s, Query{Scope: all}, 1).Events; len(got) != 1 || got[0].GetUid() != "n1" {
+		if got := listPage(t, s, query.List{Scope: all}, 1).Events; len(got) != 1 || got[0].GetUid() != "n1" {
 			t.Fatalf("stored %v", got)
 		}
 

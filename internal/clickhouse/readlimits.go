@@ -2,58 +2,13 @@ package clickhouse
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/eventgate/eventgate/internal/query"
 )
 
-// ReadLimits bound what one read statement may cost the engine, so that
-// one query cannot exhaust it: ClickHouse's max_execution_time,
-// max_rows_to_read and max_bytes_to_read, with their overflow modes set to
-// throw (the engine checks rows and bytes against its estimate before it
-// reads, so a statement over them fails fast). Zero is no limit.
-type ReadLimits struct {
-	MaxExecutionTime time.Duration
-	MaxRowsToRead    int64
-	MaxBytesToRead   int64
-}
-
-type readLimitsKey struct{}
-
-// WithReadLimits makes the store's read statements on ctx carry l, as
-// clickhouse-go carries per-query settings in the context. A limit the
-// statement sets itself (analytics' max_execution_time) is kept.
-func WithReadLimits(ctx context.Context, l ReadLimits) context.Context {
-	return context.WithValue(ctx, readLimitsKey{}, l)
-}
-
-// ErrReadLimit is matched (errors.Is) by every *ReadLimitError.
-var ErrReadLimit = errors.New("query over a read limit")
-
-// ReadLimitError is a statement the engine stopped at a ReadLimits limit.
-type ReadLimitError struct {
-	// Limit is the limit's name in the configuration: maxExecutionTime,
-	// maxRowsToRead or maxBytesToRead.
-	Limit string
-	// Value is the limit, as the configuration reads it.
-	Value string
-}
-
-func (e *ReadLimitError) Error() string {
-	switch e.Limit {
-	case "maxExecutionTime":
-		return fmt.Sprintf("the query ran longer than %s (limit %s)", e.Value, e.Limit)
-	case "maxRowsToRead":
-		return fmt.Sprintf("the query would read more than %s rows (limit %s)", e.Value, e.Limit)
-	}
-	return fmt.Sprintf("the query would read more than %s bytes (limit %s)", e.Value, e.Limit)
-}
-
-func (e *ReadLimitError) Is(target error) bool { return target == ErrReadLimit }
-
-// readLimit is one ReadLimits limit as a setting.
+// readLimit is one query.ReadLimits limit as a setting.
 type readLimit struct {
 	limit, setting, overflow string   // overflow: the setting that makes it throw
 	value                    string   // as the setting reads it
@@ -61,7 +16,7 @@ type readLimit struct {
 	markers                  []string // in the engine's error for it (as versions word it)
 }
 
-func (l ReadLimits) settings() []readLimit {
+func settingsOf(l query.ReadLimits) []readLimit {
 	var out []readLimit
 	if l.MaxExecutionTime > 0 {
 		out = append(out, readLimit{"maxExecutionTime", "max_execution_time", "timeout_overflow_mode",
@@ -83,7 +38,7 @@ func (l ReadLimits) settings() []readLimit {
 // and carry every value as a bound parameter, so the text " SETTINGS " is
 // that clause), or as one. It returns the limits it added.
 func withReadLimits(ctx context.Context, sql string) (string, []readLimit) {
-	l, ok := ctx.Value(readLimitsKey{}).(ReadLimits)
+	l, ok := query.ReadLimitsFrom(ctx)
 	if !ok {
 		return sql, nil
 	}
@@ -94,7 +49,7 @@ func withReadLimits(ctx context.Context, sql string) (string, []readLimit) {
 	}
 	var added []readLimit
 	var set []string
-	for _, r := range l.settings() {
+	for _, r := range settingsOf(l) {
 		if strings.Contains(own, r.setting) {
 			continue
 		}
@@ -123,7 +78,7 @@ func readLimitError(err error, added []readLimit) error {
 	for _, r := range added {
 		for _, m := range r.markers {
 			if strings.Contains(msg, m) {
-				return &ReadLimitError{Limit: r.limit, Value: r.shown}
+				return &query.ReadLimitError{Limit: r.limit, Value: r.shown}
 			}
 		}
 	}

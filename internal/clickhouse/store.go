@@ -1,7 +1,10 @@
-// Package clickhouse keeps events in ClickHouse and answers Query and Get
-// from it: "two transports, one SQL". The schema (schema.go), the ingest
-// writer (store.go, writer.go) and every query (query.go) are written once in
-// ClickHouse SQL with {name:Type} placeholders and run over either
+// Package clickhouse keeps events in ClickHouse and answers the read model
+// of package query from it (the service's Store and AnalyticsStore ports):
+// "two transports, one SQL". The schema (schema.go, analytics_schema.go,
+// recent_schema.go), the writer (store.go, writer.go, block.go), listings (list.go,
+// filter_sql.go, pagetoken.go) and analytics (analytics.go and one file per
+// kind) are written once in ClickHouse SQL with {name:Type} placeholders
+// and run over either
 //
 //   - the embedded chDB engine (package chdb), the default, or
 //   - github.com/ClickHouse/clickhouse-go/v2 when Config.DSN is set: the
@@ -63,6 +66,9 @@ type Store struct {
 	eventsTable string
 	// selectSettings ends every ORDER BY … LIMIT query (see Open).
 	selectSettings string
+	// noRecent makes listings read the events table only (benchmarks
+	// compare it with events_recent).
+	noRecent bool
 }
 
 // events is the quoted events table.

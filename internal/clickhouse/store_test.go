@@ -18,6 +18,7 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/query"
 )
 
 // base is the time the test events happen around: recent, so that the 90
@@ -84,7 +85,7 @@ func uidsOf(evs []*eventgatev1.Event) []string {
 	return out
 }
 
-func query(t testing.TB, s *Store, q Query, rv uint64) Page {
+func listPage(t testing.TB, s *Store, q query.List, rv uint64) query.Page {
 	t.Helper()
 	p, err := s.Query(context.Background(), q, rv)
 	if err != nil {
@@ -93,10 +94,10 @@ func query(t testing.TB, s *Store, q Query, rv uint64) Page {
 	return p
 }
 
-var all = Scope{All: true}
+var all = query.Scope{All: true}
 
-func set(in ...string) StringSet  { return StringSet{In: in} }
-func notIn(v ...string) StringSet { return StringSet{NotIn: v} }
+func set(in ...string) query.StringSet  { return query.StringSet{In: in} }
+func notIn(v ...string) query.StringSet { return query.StringSet{NotIn: v} }
 
 func TestMigrationsIdempotent(t *testing.T) {
 	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
@@ -105,7 +106,7 @@ func TestMigrationsIdempotent(t *testing.T) {
 		s1 := open(cfg)
 		insert(t, s1, 1, mkEvent("a", 1))
 		s2 := open(cfg) // the same database again: nothing to apply, data kept
-		if got := uidsOf(query(t, s2, Query{Scope: all}, 10).Events); !slices.Equal(got, []string{"a"}) {
+		if got := uidsOf(listPage(t, s2, query.List{Scope: all}, 10).Events); !slices.Equal(got, []string{"a"}) {
 			t.Fatalf("after reopen: %v", got)
 		}
 		rs, err := s2.t.query(context.Background(), "SELECT toUInt64(count()), toUInt64(max(version)) FROM "+s2.ddl.table("schema_migrations"), nil)
@@ -181,14 +182,14 @@ func TestRoundTrip(t *testing.T) {
 		want := proto.Clone(full).(*eventgatev1.Event)
 		want.ResourceVersion = "7"
 
-		p := query(t, s, Query{Scope: all}, 7)
+		p := listPage(t, s, query.List{Scope: all}, 7)
 		if len(p.Events) != 1 || !proto.Equal(p.Events[0], want) {
 			t.Fatalf("query:\n got %v\nwant %v", p.Events, want)
 		}
 		if p.ResourceVersion != 7 || p.NextPageToken != "" {
 			t.Fatalf("page rv %d token %q", p.ResourceVersion, p.NextPageToken)
 		}
-		got, err := s.Get(ctx, all, GetQuery{UID: full.Uid})
+		got, err := s.Get(ctx, all, query.Lookup{UID: full.Uid})
 		if err != nil || !proto.Equal(got, want) {
 			t.Fatalf("get: %v %v", got, err)
 		}
@@ -257,83 +258,83 @@ func filterEvents() []*eventgatev1.Event {
 func at(sec float64) time.Time { return base.Add(time.Duration(sec * float64(time.Second))) }
 
 func TestFilters(t *testing.T) {
-	projA := &TenantRef{Type: "project", Name: "a"}
+	projA := &query.TenantRef{Type: "project", Name: "a"}
 	cases := []struct {
 		name   string
-		scope  Scope
-		filter Filter
+		scope  query.Scope
+		filter query.Filter
 		want   string // uids, newest first
 	}{
-		{"all", all, Filter{}, "e8 e7 e6 e5 e4 e3 e2 e1"},
-		{"zero scope sees nothing", Scope{}, Filter{}, ""},
-		{"scope one tenant", Scope{Tenants: []TenantRef{{Type: "project", Name: "a"}}}, Filter{}, "e5 e4 e3 e2 e1"},
-		{"scope wildcard type", Scope{Tenants: []TenantRef{{Type: "project", Name: "*"}}}, Filter{}, "e6 e5 e4 e3 e2 e1"},
-		{"scope several tenants", Scope{Tenants: []TenantRef{{Type: "project", Name: "b"}, {Type: "global", Name: ""}}}, Filter{}, "e8 e6"},
-		{"scope name is not a wildcard for another type", Scope{Tenants: []TenantRef{{Type: "user", Name: "*"}}}, Filter{}, ""},
-		{"filter tenant narrows", Scope{Tenants: []TenantRef{{Type: "project", Name: "*"}}}, Filter{Tenant: &TenantRef{Type: "project", Name: "b"}}, "e6"},
-		{"filter tenant outside scope", Scope{Tenants: []TenantRef{{Type: "organization", Name: "acme"}}}, Filter{Tenant: projA}, ""},
-		{"filter tenant wildcard", all, Filter{Tenant: &TenantRef{Type: "project", Name: "*"}}, "e6 e5 e4 e3 e2 e1"},
-		{"reason", all, Filter{Reason: set("BackOff")}, "e6 e5 e1"},
-		{"reason in", all, Filter{Reason: set("BackOff", "Scheduled")}, "e6 e5 e2 e1"},
-		{"reason not in", all, Filter{Reason: notIn("BackOff")}, "e8 e7 e4 e3 e2"},
-		{"reason in and not in", all, Filter{Reason: StringSet{In: []string{"BackOff", "NodeReady"}, NotIn: []string{"NodeReady"}}}, "e6 e5 e1"},
-		{"type", all, Filter{Type: set("Warning")}, "e8 e6 e5 e1"},
-		{"type not", all, Filter{Type: notIn("Warning")}, "e7 e4 e3 e2"},
-		{"action", all, Filter{Action: set("Restart")}, "e5 e1"},
-		{"namespace", all, Filter{Namespace: set("web")}, "e6 e3 e2 e1"},
-		{"namespace empty (cluster scoped)", all, Filter{Namespace: set("")}, "e8 e4"},
-		{"namespace not in", all, Filter{Namespace: notIn("web", "")}, "e7 e5"},
-		{"reporting controller", all, Filter{ReportingController: set("kubelet")}, "e6 e5 e4 e1"},
-		{"reporting instance not in", all, Filter{ReportingInstance: notIn("node-1")}, "e8 e7 e5 e3 e2"},
-		{"regarding kind", all, Filter{Regarding: ObjectFilter{Kind: set("Pod")}}, "e6 e5 e2 e1"},
-		{"regarding apiVersion", all, Filter{Regarding: ObjectFilter{APIVersion: set("apps/v1")}}, "e3"},
-		{"regarding object", all, Filter{Regarding: ObjectFilter{Kind: set("Pod"), Namespace: set("web"), Name: set("api-0")}}, "e6 e1"},
-		{"regarding object in tenant", all, Filter{Tenant: projA, Regarding: ObjectFilter{Kind: set("Pod"), Namespace: set("web"), Name: set("api-0")}}, "e1"},
-		{"regarding uid", all, Filter{Regarding: ObjectFilter{UID: set("pod-uid-0")}}, "e1"},
-		{"regarding fieldPath", all, Filter{Regarding: ObjectFilter{FieldPath: set("spec.containers{app}")}}, "e1"},
-		{"regarding name not in", all, Filter{Regarding: ObjectFilter{Kind: set("Pod"), Name: notIn("api-0", "api-1")}}, "e5"},
-		{"related kind", all, Filter{Related: ObjectFilter{Kind: set("Pod")}}, "e3"},
-		{"related name", all, Filter{Related: ObjectFilter{Name: set("api-0", "node-1")}}, "e3 e1"},
-		{"related absent", all, Filter{Related: ObjectFilter{Kind: set("")}}, "e8 e7 e6 e4 e2"},
-		{"involving pod", all, Filter{Involving: &ObjectFilter{Kind: set("Pod"), Namespace: set("web"), Name: set("api-0")}}, "e6 e3 e1"},
-		{"involving node", all, Filter{Involving: &ObjectFilter{Kind: set("Node"), Name: set("node-1")}}, "e8 e4 e1"},
-		{"involving not pod", all, Filter{Involving: &ObjectFilter{Kind: notIn("Pod")}}, "e8 e7 e5 e4 e3 e1"},
-		{"involving and reason", all, Filter{Reason: set("BackOff"), Involving: &ObjectFilter{Kind: set("Pod"), Namespace: set("web"), Name: set("api-0")}}, "e6 e1"},
-		{"involving in scope", Scope{Tenants: []TenantRef{{Type: "project", Name: "a"}}}, Filter{Involving: &ObjectFilter{Kind: set("Pod"), Name: set("api-0")}}, "e3 e1"},
-		{"label =", all, Filter{Labels: []LabelReq{{"app", "=", []string{"web"}}}}, "e6 e2 e1"},
-		{"label ==", all, Filter{Labels: []LabelReq{{"app", "==", []string{"web"}}}}, "e6 e2 e1"},
-		{"label !=", all, Filter{Labels: []LabelReq{{"app", "!=", []string{"web"}}}}, "e8 e7 e5 e4 e3"},
-		{"label in", all, Filter{Labels: []LabelReq{{"app", "in", []string{"web", "db"}}}}, "e6 e5 e2 e1"},
-		{"label notin", all, Filter{Labels: []LabelReq{{"app", "notin", []string{"web", "db"}}}}, "e8 e7 e4 e3"},
-		{"label exists", all, Filter{Labels: []LabelReq{{"tier", "exists", nil}}}, "e5 e3 e1"},
-		{"label does not exist", all, Filter{Labels: []LabelReq{{"tier", "!", nil}}}, "e8 e7 e6 e4 e2"},
-		{"label = empty needs the key", all, Filter{Labels: []LabelReq{{"tier", "=", []string{""}}}}, "e5"},
-		{"labels and", all, Filter{Labels: []LabelReq{{"app", "=", []string{"web"}}, {"tier", "=", []string{"fe"}}}}, "e1"},
-		{"since", all, Filter{Since: at(3)}, "e8 e7 e6 e5 e4 e3"},
-		{"until", all, Filter{Until: at(3)}, "e2 e1"},
-		{"since until", all, Filter{Since: at(2), Until: at(5)}, "e4 e3 e2"},
-		{"since sub-microsecond", all, Filter{Since: at(3).Add(500 * time.Nanosecond)}, "e8 e7 e6 e5 e4"},
-		{"until sub-microsecond", all, Filter{Until: at(3).Add(500 * time.Nanosecond)}, "e3 e2 e1"},
-		{"time range far out", all, Filter{Since: time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC), Until: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}, "e8 e7 e6 e5 e4 e3 e2 e1"},
-		{"everything", Scope{Tenants: []TenantRef{{Type: "project", Name: "*"}}}, Filter{
+		{"all", all, query.Filter{}, "e8 e7 e6 e5 e4 e3 e2 e1"},
+		{"zero scope sees nothing", query.Scope{}, query.Filter{}, ""},
+		{"scope one tenant", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a"}}}, query.Filter{}, "e5 e4 e3 e2 e1"},
+		{"scope wildcard type", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "*"}}}, query.Filter{}, "e6 e5 e4 e3 e2 e1"},
+		{"scope several tenants", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "b"}, {Type: "global", Name: ""}}}, query.Filter{}, "e8 e6"},
+		{"scope name is not a wildcard for another type", query.Scope{Tenants: []query.TenantRef{{Type: "user", Name: "*"}}}, query.Filter{}, ""},
+		{"filter tenant narrows", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "*"}}}, query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "b"}}, "e6"},
+		{"filter tenant outside scope", query.Scope{Tenants: []query.TenantRef{{Type: "organization", Name: "acme"}}}, query.Filter{Tenant: projA}, ""},
+		{"filter tenant wildcard", all, query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "*"}}, "e6 e5 e4 e3 e2 e1"},
+		{"reason", all, query.Filter{Reason: set("BackOff")}, "e6 e5 e1"},
+		{"reason in", all, query.Filter{Reason: set("BackOff", "Scheduled")}, "e6 e5 e2 e1"},
+		{"reason not in", all, query.Filter{Reason: notIn("BackOff")}, "e8 e7 e4 e3 e2"},
+		{"reason in and not in", all, query.Filter{Reason: query.StringSet{In: []string{"BackOff", "NodeReady"}, NotIn: []string{"NodeReady"}}}, "e6 e5 e1"},
+		{"type", all, query.Filter{Type: set("Warning")}, "e8 e6 e5 e1"},
+		{"type not", all, query.Filter{Type: notIn("Warning")}, "e7 e4 e3 e2"},
+		{"action", all, query.Filter{Action: set("Restart")}, "e5 e1"},
+		{"namespace", all, query.Filter{Namespace: set("web")}, "e6 e3 e2 e1"},
+		{"namespace empty (cluster scoped)", all, query.Filter{Namespace: set("")}, "e8 e4"},
+		{"namespace not in", all, query.Filter{Namespace: notIn("web", "")}, "e7 e5"},
+		{"reporting controller", all, query.Filter{ReportingController: set("kubelet")}, "e6 e5 e4 e1"},
+		{"reporting instance not in", all, query.Filter{ReportingInstance: notIn("node-1")}, "e8 e7 e5 e3 e2"},
+		{"regarding kind", all, query.Filter{Regarding: query.ObjectFilter{Kind: set("Pod")}}, "e6 e5 e2 e1"},
+		{"regarding apiVersion", all, query.Filter{Regarding: query.ObjectFilter{APIVersion: set("apps/v1")}}, "e3"},
+		{"regarding object", all, query.Filter{Regarding: query.ObjectFilter{Kind: set("Pod"), Namespace: set("web"), Name: set("api-0")}}, "e6 e1"},
+		{"regarding object in tenant", all, query.Filter{Tenant: projA, Regarding: query.ObjectFilter{Kind: set("Pod"), Namespace: set("web"), Name: set("api-0")}}, "e1"},
+		{"regarding uid", all, query.Filter{Regarding: query.ObjectFilter{UID: set("pod-uid-0")}}, "e1"},
+		{"regarding fieldPath", all, query.Filter{Regarding: query.ObjectFilter{FieldPath: set("spec.containers{app}")}}, "e1"},
+		{"regarding name not in", all, query.Filter{Regarding: query.ObjectFilter{Kind: set("Pod"), Name: notIn("api-0", "api-1")}}, "e5"},
+		{"related kind", all, query.Filter{Related: query.ObjectFilter{Kind: set("Pod")}}, "e3"},
+		{"related name", all, query.Filter{Related: query.ObjectFilter{Name: set("api-0", "node-1")}}, "e3 e1"},
+		{"related absent", all, query.Filter{Related: query.ObjectFilter{Kind: set("")}}, "e8 e7 e6 e4 e2"},
+		{"involving pod", all, query.Filter{Involving: &query.ObjectFilter{Kind: set("Pod"), Namespace: set("web"), Name: set("api-0")}}, "e6 e3 e1"},
+		{"involving node", all, query.Filter{Involving: &query.ObjectFilter{Kind: set("Node"), Name: set("node-1")}}, "e8 e4 e1"},
+		{"involving not pod", all, query.Filter{Involving: &query.ObjectFilter{Kind: notIn("Pod")}}, "e8 e7 e5 e4 e3 e1"},
+		{"involving and reason", all, query.Filter{Reason: set("BackOff"), Involving: &query.ObjectFilter{Kind: set("Pod"), Namespace: set("web"), Name: set("api-0")}}, "e6 e1"},
+		{"involving in scope", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a"}}}, query.Filter{Involving: &query.ObjectFilter{Kind: set("Pod"), Name: set("api-0")}}, "e3 e1"},
+		{"label =", all, query.Filter{Labels: []query.LabelReq{{Key: "app", Op: "=", Values: []string{"web"}}}}, "e6 e2 e1"},
+		{"label ==", all, query.Filter{Labels: []query.LabelReq{{Key: "app", Op: "==", Values: []string{"web"}}}}, "e6 e2 e1"},
+		{"label !=", all, query.Filter{Labels: []query.LabelReq{{Key: "app", Op: "!=", Values: []string{"web"}}}}, "e8 e7 e5 e4 e3"},
+		{"label in", all, query.Filter{Labels: []query.LabelReq{{Key: "app", Op: "in", Values: []string{"web", "db"}}}}, "e6 e5 e2 e1"},
+		{"label notin", all, query.Filter{Labels: []query.LabelReq{{Key: "app", Op: "notin", Values: []string{"web", "db"}}}}, "e8 e7 e4 e3"},
+		{"label exists", all, query.Filter{Labels: []query.LabelReq{{Key: "tier", Op: "exists", Values: nil}}}, "e5 e3 e1"},
+		{"label does not exist", all, query.Filter{Labels: []query.LabelReq{{Key: "tier", Op: "!", Values: nil}}}, "e8 e7 e6 e4 e2"},
+		{"label = empty needs the key", all, query.Filter{Labels: []query.LabelReq{{Key: "tier", Op: "=", Values: []string{""}}}}, "e5"},
+		{"labels and", all, query.Filter{Labels: []query.LabelReq{{Key: "app", Op: "=", Values: []string{"web"}}, {Key: "tier", Op: "=", Values: []string{"fe"}}}}, "e1"},
+		{"since", all, query.Filter{Since: at(3)}, "e8 e7 e6 e5 e4 e3"},
+		{"until", all, query.Filter{Until: at(3)}, "e2 e1"},
+		{"since until", all, query.Filter{Since: at(2), Until: at(5)}, "e4 e3 e2"},
+		{"since sub-microsecond", all, query.Filter{Since: at(3).Add(500 * time.Nanosecond)}, "e8 e7 e6 e5 e4"},
+		{"until sub-microsecond", all, query.Filter{Until: at(3).Add(500 * time.Nanosecond)}, "e3 e2 e1"},
+		{"time range far out", all, query.Filter{Since: time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC), Until: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}, "e8 e7 e6 e5 e4 e3 e2 e1"},
+		{"everything", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "*"}}}, query.Filter{
 			Tenant: projA, Namespace: set("web"), Type: set("Warning"), Reason: set("BackOff"), Action: set("Restart"),
 			ReportingController: set("kubelet"), ReportingInstance: set("node-1"),
-			Regarding: ObjectFilter{APIVersion: set("v1"), Kind: set("Pod"), Namespace: set("web"), Name: set("api-0"), UID: set("pod-uid-0"), FieldPath: set("spec.containers{app}")},
-			Related:   ObjectFilter{Kind: set("Node"), Name: set("node-1"), Namespace: set("")},
-			Involving: &ObjectFilter{Kind: set("Node")},
-			Labels:    []LabelReq{{"app", "in", []string{"web"}}, {"tier", "exists", nil}, {"x", "!", nil}},
+			Regarding: query.ObjectFilter{APIVersion: set("v1"), Kind: set("Pod"), Namespace: set("web"), Name: set("api-0"), UID: set("pod-uid-0"), FieldPath: set("spec.containers{app}")},
+			Related:   query.ObjectFilter{Kind: set("Node"), Name: set("node-1"), Namespace: set("")},
+			Involving: &query.ObjectFilter{Kind: set("Node")},
+			Labels:    []query.LabelReq{{Key: "app", Op: "in", Values: []string{"web"}}, {Key: "tier", Op: "exists", Values: nil}, {Key: "x", Op: "!", Values: nil}},
 			Since:     at(1), Until: at(2),
 		}, "e1"},
 	}
 	eachStore(t, func(t *testing.T, s *Store) {
 		rv := insert(t, s, 1, filterEvents()...)
 		for _, c := range cases {
-			p := query(t, s, Query{Scope: c.scope, Filter: c.filter}, rv)
+			p := listPage(t, s, query.List{Scope: c.scope, Filter: c.filter}, rv)
 			if got := strings.Join(uidsOf(p.Events), " "); got != c.want {
 				t.Errorf("%s: got [%s], want [%s]", c.name, got, c.want)
 			}
 			// Oldest first is the reverse.
-			p = query(t, s, Query{Scope: c.scope, Filter: c.filter, OldestFirst: true}, rv)
+			p = listPage(t, s, query.List{Scope: c.scope, Filter: c.filter, OldestFirst: true}, rv)
 			want := strings.Fields(c.want)
 			slices.Reverse(want)
 			if got := uidsOf(p.Events); !slices.Equal(got, want) {
@@ -345,21 +346,21 @@ func TestFilters(t *testing.T) {
 
 func TestInvalidFilters(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *Store) {
-		for _, f := range []Filter{
-			{Labels: []LabelReq{{"app", "like", []string{"x"}}}},
-			{Labels: []LabelReq{{"", "exists", nil}}},
-			{Labels: []LabelReq{{"app", "=", nil}}},
-			{Labels: []LabelReq{{"app", "=", []string{"a", "b"}}}},
-			{Labels: []LabelReq{{"app", "in", nil}}},
-			{Labels: []LabelReq{{"app", "exists", []string{"a"}}}},
+		for _, f := range []query.Filter{
+			{Labels: []query.LabelReq{{Key: "app", Op: "like", Values: []string{"x"}}}},
+			{Labels: []query.LabelReq{{Key: "", Op: "exists", Values: nil}}},
+			{Labels: []query.LabelReq{{Key: "app", Op: "=", Values: nil}}},
+			{Labels: []query.LabelReq{{Key: "app", Op: "=", Values: []string{"a", "b"}}}},
+			{Labels: []query.LabelReq{{Key: "app", Op: "in", Values: nil}}},
+			{Labels: []query.LabelReq{{Key: "app", Op: "exists", Values: []string{"a"}}}},
 			{Since: at(5), Until: at(1)},
-			{Reason: StringSet{In: make([]string, MaxFilterValues+1)}},
+			{Reason: query.StringSet{In: make([]string, query.MaxFilterValues+1)}},
 		} {
-			if _, err := s.Query(context.Background(), Query{Scope: all, Filter: f}, 10); !errors.Is(err, ErrInvalidQuery) {
-				t.Errorf("filter %+v: %v, want ErrInvalidQuery", f, err)
+			if _, err := s.Query(context.Background(), query.List{Scope: all, Filter: f}, 10); !errors.Is(err, query.ErrInvalidQuery) {
+				t.Errorf("filter %+v: %v, want query.ErrInvalidQuery", f, err)
 			}
 		}
-		if _, err := s.Get(context.Background(), all, GetQuery{}); !errors.Is(err, ErrInvalidQuery) {
+		if _, err := s.Get(context.Background(), all, query.Lookup{}); !errors.Is(err, query.ErrInvalidQuery) {
 			t.Errorf("empty get: %v", err)
 		}
 	})
@@ -405,49 +406,49 @@ func TestHostileValues(t *testing.T) {
 		n := len(hostileValues)
 		for i, h := range hostileValues {
 			uid := "u" + h
-			one := func(what string, f Filter) {
+			one := func(what string, f query.Filter) {
 				t.Helper()
-				p := query(t, s, Query{Scope: all, Filter: f}, rv)
+				p := listPage(t, s, query.List{Scope: all, Filter: f}, rv)
 				if len(p.Events) != 1 || p.Events[0].Uid != uid || !proto.Equal(p.Events[0].Tenant, evs[i].Tenant) {
 					t.Errorf("hostile %d %q, %s: got %q", i, truncate(h), what, uidsOf(p.Events))
 				}
 			}
-			one("reason", Filter{Reason: set(h)})
-			one("type+action", Filter{Type: set(h), Action: set(h)})
-			one("namespace", Filter{Namespace: set(h)})
-			one("reporting", Filter{ReportingController: set(h), ReportingInstance: set(h, "other")})
-			one("regarding", Filter{Regarding: ObjectFilter{Kind: set("Pod"), Namespace: set(h), Name: set(h), UID: set(h), FieldPath: set(h)}})
-			one("related", Filter{Related: ObjectFilter{APIVersion: set(h), Kind: set(h), Namespace: set(h), Name: set(h), UID: set(h), FieldPath: set(h)}})
-			one("involving", Filter{Involving: &ObjectFilter{Kind: set(h), Name: set(h)}})
-			one("label =", Filter{Labels: []LabelReq{{h, "=", []string{h}}}})
-			one("label exists", Filter{Labels: []LabelReq{{h, "exists", nil}}})
-			one("label in", Filter{Labels: []LabelReq{{"k", "in", []string{h, "zzz"}}}})
-			one("tenant filter", Filter{Tenant: &TenantRef{Type: "project", Name: "t" + h}})
-			p := query(t, s, Query{Scope: Scope{Tenants: []TenantRef{{Type: "project", Name: "t" + h}}}}, rv)
+			one("reason", query.Filter{Reason: set(h)})
+			one("type+action", query.Filter{Type: set(h), Action: set(h)})
+			one("namespace", query.Filter{Namespace: set(h)})
+			one("reporting", query.Filter{ReportingController: set(h), ReportingInstance: set(h, "other")})
+			one("regarding", query.Filter{Regarding: query.ObjectFilter{Kind: set("Pod"), Namespace: set(h), Name: set(h), UID: set(h), FieldPath: set(h)}})
+			one("related", query.Filter{Related: query.ObjectFilter{APIVersion: set(h), Kind: set(h), Namespace: set(h), Name: set(h), UID: set(h), FieldPath: set(h)}})
+			one("involving", query.Filter{Involving: &query.ObjectFilter{Kind: set(h), Name: set(h)}})
+			one("label =", query.Filter{Labels: []query.LabelReq{{Key: h, Op: "=", Values: []string{h}}}})
+			one("label exists", query.Filter{Labels: []query.LabelReq{{Key: h, Op: "exists", Values: nil}}})
+			one("label in", query.Filter{Labels: []query.LabelReq{{Key: "k", Op: "in", Values: []string{h, "zzz"}}}})
+			one("tenant filter", query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "t" + h}})
+			p := listPage(t, s, query.List{Scope: query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "t" + h}}}}, rv)
 			if got := uidsOf(p.Events); len(got) != 1 || got[0] != uid {
 				t.Errorf("hostile %d scope: %q", i, got)
 			}
-			p = query(t, s, Query{Scope: all, Filter: Filter{Reason: notIn(h)}}, rv)
+			p = listPage(t, s, query.List{Scope: all, Filter: query.Filter{Reason: notIn(h)}}, rv)
 			if len(p.Events) != n-1 || slices.Contains(uidsOf(p.Events), uid) {
 				t.Errorf("hostile %d not in: %d events", i, len(p.Events))
 			}
-			p = query(t, s, Query{Scope: all, Filter: Filter{Labels: []LabelReq{{h, "!=", []string{h}}}}}, rv)
+			p = listPage(t, s, query.List{Scope: all, Filter: query.Filter{Labels: []query.LabelReq{{Key: h, Op: "!=", Values: []string{h}}}}}, rv)
 			if len(p.Events) != n-1 {
 				t.Errorf("hostile %d label !=: %d events", i, len(p.Events))
 			}
-			for _, g := range []GetQuery{{UID: uid}, {Namespace: h, Name: "n" + h}, {UID: uid, Namespace: h, Name: "n" + h, Tenant: &TenantRef{Type: "project", Name: "t" + h}}} {
+			for _, g := range []query.Lookup{{UID: uid}, {Namespace: h, Name: "n" + h}, {UID: uid, Namespace: h, Name: "n" + h, Tenant: &query.TenantRef{Type: "project", Name: "t" + h}}} {
 				ev, err := s.Get(ctx, all, g)
 				if err != nil || ev.Uid != uid || ev.Labels["k"] != h {
 					t.Errorf("hostile %d get %+v: %v %v", i, g, ev.GetUid(), err)
 				}
 			}
 			// (Name "*" is the wildcard, by definition.)
-			if _, err := s.Get(ctx, Scope{Tenants: []TenantRef{{Type: "project", Name: h}}}, GetQuery{UID: uid}); h != "*" && !errors.Is(err, ErrNotFound) {
+			if _, err := s.Get(ctx, query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: h}}}, query.Lookup{UID: uid}); h != "*" && !errors.Is(err, query.ErrNotFound) {
 				t.Errorf("hostile %d get out of scope: %v", i, err)
 			}
 		}
 		// Nothing was dropped or changed.
-		p := query(t, s, Query{Scope: all, PageSize: 1000}, rv)
+		p := listPage(t, s, query.List{Scope: all, PageSize: 1000}, rv)
 		if len(p.Events) != n {
 			t.Fatalf("after hostile queries: %d events, want %d", len(p.Events), n)
 		}
@@ -467,24 +468,24 @@ func TestHostileQueryOnlyValues(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *Store) {
 		rv := insert(t, s, 1, filterEvents()...)
 		for _, h := range append([]string{"bad utf8 \xff\xfe", "\xc3\x28", "\\", "'", "\x00"}, hostileValues...) {
-			for _, f := range []Filter{
-				{Reason: set(h)}, {Namespace: set(h, "zzz")}, {Regarding: ObjectFilter{Name: set(h)}},
-				{Involving: &ObjectFilter{UID: set(h)}}, {Labels: []LabelReq{{h, "in", []string{h}}}},
-				{Tenant: &TenantRef{Type: "project", Name: h}},
+			for _, f := range []query.Filter{
+				{Reason: set(h)}, {Namespace: set(h, "zzz")}, {Regarding: query.ObjectFilter{Name: set(h)}},
+				{Involving: &query.ObjectFilter{UID: set(h)}}, {Labels: []query.LabelReq{{Key: h, Op: "in", Values: []string{h}}}},
+				{Tenant: &query.TenantRef{Type: "project", Name: h}},
 			} {
 				if f.Tenant != nil && h == "*" {
 					continue // the wildcard, by definition
 				}
-				p := query(t, s, Query{Scope: all, Filter: f}, rv)
+				p := listPage(t, s, query.List{Scope: all, Filter: f}, rv)
 				if len(p.Events) != 0 {
 					t.Errorf("%q: %d events", h, len(p.Events))
 				}
 			}
-			p := query(t, s, Query{Scope: all, Filter: Filter{Reason: notIn(h), Labels: []LabelReq{{h, "!", nil}}}}, rv)
+			p := listPage(t, s, query.List{Scope: all, Filter: query.Filter{Reason: notIn(h), Labels: []query.LabelReq{{Key: h, Op: "!", Values: nil}}}}, rv)
 			if len(p.Events) != 8 {
 				t.Errorf("%q negated: %d events", h, len(p.Events))
 			}
-			if _, err := s.Get(context.Background(), all, GetQuery{UID: h, Namespace: h, Name: h}); !errors.Is(err, ErrNotFound) {
+			if _, err := s.Get(context.Background(), all, query.Lookup{UID: h, Namespace: h, Name: h}); !errors.Is(err, query.ErrNotFound) {
 				t.Errorf("%q get: %v", h, err)
 			}
 		}
@@ -506,39 +507,39 @@ func TestGet(t *testing.T) {
 		insert(t, s, 100, mkEvent("e1", 9, tenant("project", "b"), with(func(e *eventgatev1.Event) { e.Reason = "Twin" })))
 		cases := []struct {
 			name   string
-			scope  Scope
-			g      GetQuery
-			want   string // uid/reason, "" for ErrNotFound
+			scope  query.Scope
+			g      query.Lookup
+			want   string // uid/reason, "" for query.ErrNotFound
 			reason string
 		}{
-			{"by uid", all, GetQuery{UID: "e3"}, "e3", "ScalingReplicaSet"},
-			{"by namespace/name", all, GetQuery{Namespace: "web", Name: "ev-e2"}, "e2", "Scheduled"},
-			{"cluster scoped by name", Scope{Tenants: []TenantRef{{Type: "global", Name: ""}}}, GetQuery{Name: "ev-e8"}, "e8", "NodeNotReady"},
-			{"by uid and name", all, GetQuery{UID: "e2", Namespace: "web", Name: "ev-e2"}, "e2", "Scheduled"},
-			{"uid and wrong name", all, GetQuery{UID: "e2", Namespace: "web", Name: "ev-e3"}, "", ""},
-			{"name in wrong namespace", all, GetQuery{Namespace: "db", Name: "ev-e2"}, "", ""},
-			{"in scope", Scope{Tenants: []TenantRef{{Type: "project", Name: "a"}}}, GetQuery{UID: "e5"}, "e5", "BackOff"},
-			{"out of scope", Scope{Tenants: []TenantRef{{Type: "project", Name: "a"}}}, GetQuery{UID: "e6"}, "", ""},
-			{"out of scope by name", Scope{Tenants: []TenantRef{{Type: "project", Name: "b"}}}, GetQuery{Namespace: "web", Name: "ev-e2"}, "", ""},
-			{"zero scope", Scope{}, GetQuery{UID: "e1"}, "", ""},
-			{"wildcard scope", Scope{Tenants: []TenantRef{{Type: "organization", Name: "*"}}}, GetQuery{UID: "e7"}, "e7", "Created"},
-			{"tenant narrows", all, GetQuery{UID: "e1", Tenant: &TenantRef{Type: "project", Name: "a"}}, "e1", "BackOff"},
-			{"twin uid in its tenant", all, GetQuery{UID: "e1", Tenant: &TenantRef{Type: "project", Name: "b"}}, "e1", "Twin"},
-			{"twin uid by scope", Scope{Tenants: []TenantRef{{Type: "project", Name: "b"}}}, GetQuery{UID: "e1"}, "e1", "Twin"},
-			{"own uid by scope", Scope{Tenants: []TenantRef{{Type: "project", Name: "a"}}}, GetQuery{UID: "e1"}, "e1", "BackOff"},
-			{"missing", all, GetQuery{UID: "nope"}, "", ""},
+			{"by uid", all, query.Lookup{UID: "e3"}, "e3", "ScalingReplicaSet"},
+			{"by namespace/name", all, query.Lookup{Namespace: "web", Name: "ev-e2"}, "e2", "Scheduled"},
+			{"cluster scoped by name", query.Scope{Tenants: []query.TenantRef{{Type: "global", Name: ""}}}, query.Lookup{Name: "ev-e8"}, "e8", "NodeNotReady"},
+			{"by uid and name", all, query.Lookup{UID: "e2", Namespace: "web", Name: "ev-e2"}, "e2", "Scheduled"},
+			{"uid and wrong name", all, query.Lookup{UID: "e2", Namespace: "web", Name: "ev-e3"}, "", ""},
+			{"name in wrong namespace", all, query.Lookup{Namespace: "db", Name: "ev-e2"}, "", ""},
+			{"in scope", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a"}}}, query.Lookup{UID: "e5"}, "e5", "BackOff"},
+			{"out of scope", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a"}}}, query.Lookup{UID: "e6"}, "", ""},
+			{"out of scope by name", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "b"}}}, query.Lookup{Namespace: "web", Name: "ev-e2"}, "", ""},
+			{"zero scope", query.Scope{}, query.Lookup{UID: "e1"}, "", ""},
+			{"wildcard scope", query.Scope{Tenants: []query.TenantRef{{Type: "organization", Name: "*"}}}, query.Lookup{UID: "e7"}, "e7", "Created"},
+			{"tenant narrows", all, query.Lookup{UID: "e1", Tenant: &query.TenantRef{Type: "project", Name: "a"}}, "e1", "BackOff"},
+			{"twin uid in its tenant", all, query.Lookup{UID: "e1", Tenant: &query.TenantRef{Type: "project", Name: "b"}}, "e1", "Twin"},
+			{"twin uid by scope", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "b"}}}, query.Lookup{UID: "e1"}, "e1", "Twin"},
+			{"own uid by scope", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a"}}}, query.Lookup{UID: "e1"}, "e1", "BackOff"},
+			{"missing", all, query.Lookup{UID: "nope"}, "", ""},
 		}
 		for _, c := range cases {
 			ev, err := s.Get(ctx, c.scope, c.g)
 			switch {
-			case c.want == "" && !errors.Is(err, ErrNotFound):
-				t.Errorf("%s: got %v %v, want ErrNotFound", c.name, ev.GetUid(), err)
+			case c.want == "" && !errors.Is(err, query.ErrNotFound):
+				t.Errorf("%s: got %v %v, want query.ErrNotFound", c.name, ev.GetUid(), err)
 			case c.want != "" && (err != nil || ev.Uid != c.want || ev.Reason != c.reason):
 				t.Errorf("%s: got %v/%v %v, want %s/%s", c.name, ev.GetUid(), ev.GetReason(), err, c.want, c.reason)
 			}
 		}
 		// Both twins are listed: the uid is unique per tenant, not globally.
-		p := query(t, s, Query{Scope: all, Filter: Filter{Regarding: ObjectFilter{Name: set("pod-e1", "api-0")}}}, 100)
+		p := listPage(t, s, query.List{Scope: all, Filter: query.Filter{Regarding: query.ObjectFilter{Name: set("pod-e1", "api-0")}}}, 100)
 		if got := strings.Join(uidsOf(p.Events), " "); got != "e1 e6 e1" {
 			t.Errorf("twins: %s", got)
 		}
@@ -564,7 +565,7 @@ func TestSeriesVersionsAndRedelivery(t *testing.T) {
 		check := func(label string, rv uint64, want string) {
 			t.Helper()
 			for _, oldest := range []bool{false, true} {
-				p := query(t, s, Query{Scope: all, OldestFirst: oldest}, rv)
+				p := listPage(t, s, query.List{Scope: all, OldestFirst: oldest}, rv)
 				var got []string
 				for _, e := range p.Events {
 					got = append(got, fmt.Sprintf("%s@%s#%d", e.Uid, e.ResourceVersion, e.GetSeries().GetCount()))
@@ -584,7 +585,7 @@ func TestSeriesVersionsAndRedelivery(t *testing.T) {
 			check(label, 19, "s2@15#0 s1@10#1")
 			check(label, 25, "s2@15#0 s1@20#2")
 			check(label, 1000, "s2@15#0 s1@30#3")
-			ev, err := s.Get(ctx, all, GetQuery{UID: "s1"})
+			ev, err := s.Get(ctx, all, query.Lookup{UID: "s1"})
 			if err != nil || ev.ResourceVersion != "30" || ev.Series.Count != 3 {
 				t.Errorf("%s get: %v %v", label, ev, err)
 			}
@@ -618,42 +619,42 @@ func TestPageSizeAndTokens(t *testing.T) {
 			evs = append(evs, mkEvent(fmt.Sprintf("p%04d", i), float64(i)/10))
 		}
 		rv := insert(t, s, 1, evs...)
-		p := query(t, s, Query{Scope: all}, rv)
-		if len(p.Events) != DefaultPageSize || p.NextPageToken == "" || p.Events[0].Uid != "p1099" {
+		p := listPage(t, s, query.List{Scope: all}, rv)
+		if len(p.Events) != query.DefaultPageSize || p.NextPageToken == "" || p.Events[0].Uid != "p1099" {
 			t.Fatalf("default page: %d events, token %q", len(p.Events), p.NextPageToken)
 		}
-		p = query(t, s, Query{Scope: all, PageSize: 5000}, rv)
-		if len(p.Events) != MaxPageSize || p.NextPageToken == "" {
+		p = listPage(t, s, query.List{Scope: all, PageSize: 5000}, rv)
+		if len(p.Events) != query.MaxPageSize || p.NextPageToken == "" {
 			t.Fatalf("max page: %d events", len(p.Events))
 		}
-		p2 := query(t, s, Query{Scope: all, PageSize: 5000, PageToken: p.NextPageToken}, rv)
+		p2 := listPage(t, s, query.List{Scope: all, PageSize: 5000, PageToken: p.NextPageToken}, rv)
 		if len(p2.Events) != 100 || p2.NextPageToken != "" || p2.Events[0].Uid != "p0099" {
 			t.Fatalf("last page: %d events, token %q", len(p2.Events), p2.NextPageToken)
 		}
 		// The token's rv wins over the argument.
-		p = query(t, s, Query{Scope: all, PageSize: 10}, 50)
+		p = listPage(t, s, query.List{Scope: all, PageSize: 10}, 50)
 		if p.Events[0].Uid != "p0049" {
 			t.Fatalf("rv 50: first %s", p.Events[0].Uid)
 		}
-		p2 = query(t, s, Query{Scope: all, PageSize: 10, PageToken: p.NextPageToken}, rv)
+		p2 = listPage(t, s, query.List{Scope: all, PageSize: 10, PageToken: p.NextPageToken}, rv)
 		if p2.ResourceVersion != 50 || p2.Events[0].Uid != "p0039" {
 			t.Fatalf("token rv: rv %d first %s", p2.ResourceVersion, p2.Events[0].Uid)
 		}
 		// A token is bound to its filter and order.
 		tok := p.NextPageToken
-		for name, q := range map[string]Query{
-			"other filter": {Scope: all, PageToken: tok, Filter: Filter{Reason: set("R")}},
+		for name, q := range map[string]query.List{
+			"other filter": {Scope: all, PageToken: tok, Filter: query.Filter{Reason: set("R")}},
 			"other order":  {Scope: all, PageToken: tok, OldestFirst: true},
 			"garbage":      {Scope: all, PageToken: "not a token!"},
 			"base64 junk":  {Scope: all, PageToken: "eyJ2IjoyfQ"},
 			"truncated":    {Scope: all, PageToken: tok[:len(tok)/2]},
 		} {
-			if _, err := s.Query(ctx, q, rv); !errors.Is(err, ErrBadPageToken) {
-				t.Errorf("%s: %v, want ErrBadPageToken", name, err)
+			if _, err := s.Query(ctx, q, rv); !errors.Is(err, query.ErrBadPageToken) {
+				t.Errorf("%s: %v, want query.ErrBadPageToken", name, err)
 			}
 		}
 		// Another scope may continue (the scope is enforced on every page).
-		p2 = query(t, s, Query{Scope: Scope{Tenants: []TenantRef{{Type: "project", Name: "b"}}}, PageSize: 10, PageToken: tok}, rv)
+		p2 = listPage(t, s, query.List{Scope: query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "b"}}}, PageSize: 10, PageToken: tok}, rv)
 		if len(p2.Events) != 0 {
 			t.Fatalf("token in another scope returned %d events", len(p2.Events))
 		}
@@ -780,11 +781,11 @@ func TestPaginationUnderConcurrentIngest(t *testing.T) {
 			if oldest {
 				slices.Reverse(exp)
 			}
-			q := Query{Scope: Scope{Tenants: []TenantRef{{Type: "project", Name: "*"}}}, OldestFirst: oldest, PageSize: 7}
+			q := query.List{Scope: query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "*"}}}, OldestFirst: oldest, PageSize: 7}
 			var got []*eventgatev1.Event
 			pages := 0
 			for {
-				p := query(t, s, q, rv)
+				p := listPage(t, s, q, rv)
 				if p.ResourceVersion != rv {
 					t.Fatalf("page rv %d, want %d", p.ResourceVersion, rv)
 				}
@@ -858,7 +859,7 @@ func TestTTL(t *testing.T) {
 		if err := s.t.exec(ctx, "OPTIMIZE TABLE "+s.events()+" FINAL", nil); err != nil {
 			t.Fatal(err)
 		}
-		p := query(t, s, Query{Scope: all, OldestFirst: true}, 10)
+		p := listPage(t, s, query.List{Scope: all, OldestFirst: true}, 10)
 		if g := strings.Join(uidsOf(p.Events), " "); g != "glob long org short-series" {
 			t.Errorf("after TTL merge: %s", g)
 		}
@@ -868,18 +869,18 @@ func TestTTL(t *testing.T) {
 func TestScopeNeverLeaks(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *Store) {
 		rv := insert(t, s, 1, filterEvents()...)
-		scope := Scope{Tenants: []TenantRef{{Type: "project", Name: "b"}}}
+		scope := query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "b"}}}
 		// Whatever the filter asks for, only project/b's event can come back.
-		for _, f := range []Filter{
+		for _, f := range []query.Filter{
 			{},
-			{Tenant: &TenantRef{Type: "project", Name: "a"}},
-			{Tenant: &TenantRef{Type: "project", Name: "*"}},
+			{Tenant: &query.TenantRef{Type: "project", Name: "a"}},
+			{Tenant: &query.TenantRef{Type: "project", Name: "*"}},
 			{Reason: notIn("nothing")},
-			{Involving: &ObjectFilter{}},
-			{Labels: []LabelReq{{"app", "!", nil}}},
+			{Involving: &query.ObjectFilter{}},
+			{Labels: []query.LabelReq{{Key: "app", Op: "!", Values: nil}}},
 			{Namespace: set("web", "db", "", "prod")},
 		} {
-			p := query(t, s, Query{Scope: scope, Filter: f}, rv)
+			p := listPage(t, s, query.List{Scope: scope, Filter: f}, rv)
 			for _, e := range p.Events {
 				if e.Tenant.Type != "project" || e.Tenant.Name != "b" {
 					t.Errorf("filter %+v leaked %s of %v", f, e.Uid, e.Tenant)
@@ -914,28 +915,28 @@ func TestScopeKinds(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *Store) {
 		rv := insert(t, s, 1, filterEvents()...)
 		for _, tc := range []struct {
-			scope Scope
+			scope query.Scope
 			want  string
 		}{
-			{Scope{Tenants: []TenantRef{{Type: "project", Name: "a", Kinds: []GroupKind{{Group: "apps", Kind: "Deployment"}}}}}, "e3"},
-			{Scope{Tenants: []TenantRef{{Type: "project", Name: "a", Kinds: []GroupKind{{Group: "", Kind: "Pod"}}}}}, "e1 e2 e5"},
-			{Scope{Tenants: []TenantRef{{Type: "project", Name: "a", Kinds: []GroupKind{{Group: "v1", Kind: "Pod"}}}}}, ""},
-			{Scope{Tenants: []TenantRef{{Type: "project", Name: "a", Kinds: []GroupKind{{Group: "", Kind: "Deployment"}}}}}, ""},
-			{Scope{Tenants: []TenantRef{
-				{Type: "project", Name: "*", Kinds: []GroupKind{{Group: "", Kind: "Node"}}},
-				{Type: "organization", Name: "*", Kinds: []GroupKind{{Group: "compute.example.com", Kind: "Workload"}}},
+			{query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a", Kinds: []query.GroupKind{{Group: "apps", Kind: "Deployment"}}}}}, "e3"},
+			{query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a", Kinds: []query.GroupKind{{Group: "", Kind: "Pod"}}}}}, "e1 e2 e5"},
+			{query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a", Kinds: []query.GroupKind{{Group: "v1", Kind: "Pod"}}}}}, ""},
+			{query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a", Kinds: []query.GroupKind{{Group: "", Kind: "Deployment"}}}}}, ""},
+			{query.Scope{Tenants: []query.TenantRef{
+				{Type: "project", Name: "*", Kinds: []query.GroupKind{{Group: "", Kind: "Node"}}},
+				{Type: "organization", Name: "*", Kinds: []query.GroupKind{{Group: "compute.example.com", Kind: "Workload"}}},
 			}}, "e4 e7"},
 		} {
-			p := query(t, s, Query{Scope: tc.scope, OldestFirst: true}, rv)
+			p := listPage(t, s, query.List{Scope: tc.scope, OldestFirst: true}, rv)
 			if got := strings.Join(uidsOf(p.Events), " "); got != tc.want {
 				t.Errorf("scope %+v: got %q, want %q", tc.scope, got, tc.want)
 			}
 			for _, e := range p.Events {
-				if _, err := s.Get(context.Background(), tc.scope, GetQuery{UID: e.Uid}); err != nil {
+				if _, err := s.Get(context.Background(), tc.scope, query.Lookup{UID: e.Uid}); err != nil {
 					t.Errorf("Get %s in scope: %v", e.Uid, err)
 				}
 			}
-			if _, err := s.Get(context.Background(), tc.scope, GetQuery{UID: "e6"}); !errors.Is(err, ErrNotFound) {
+			if _, err := s.Get(context.Background(), tc.scope, query.Lookup{UID: "e6"}); !errors.Is(err, query.ErrNotFound) {
 				t.Errorf("Get e6 out of scope %+v: %v", tc.scope, err)
 			}
 		}

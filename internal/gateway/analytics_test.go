@@ -355,6 +355,27 @@ func TestAnalytics(t *testing.T) {
 			},
 			Total: 28, PreviousTotal: 3, DistinctValues: 2,
 		}, got)
+		// The objects with the most occurrences, and the related ones.
+		got = call(shop, client.Top, &eventgatev1.TopRequest{Since: since, Until: until, Dimension: "regarding", Limit: 2},
+			"/v1/analytics/top", with("dimension", "regarding", "limit", "2"))
+		wantEqual(t, "shop top objects", &eventgatev1.TopResponse{
+			Since: since, Until: until, PreviousSince: anaAt(-time.Hour), Dimension: "regarding",
+			Entries: []*eventgatev1.TopEntry{
+				{Value: "Pod/web/api-1", Count: 7, Share: 7.0 / 17},
+				{Value: "PersistentVolumeClaim/db/data-0", Count: 4, Share: 4.0 / 17},
+			},
+			Total: 17, PreviousTotal: 3, Other: 6, DistinctValues: 5,
+		}, got)
+		got = call(shop, client.Top, &eventgatev1.TopRequest{Since: since, Until: until, Dimension: "related"},
+			"/v1/analytics/top", with("dimension", "related"))
+		wantEqual(t, "shop top related objects", &eventgatev1.TopResponse{
+			Since: since, Until: until, PreviousSince: anaAt(-time.Hour), Dimension: "related",
+			Entries: []*eventgatev1.TopEntry{
+				{Value: "", Count: 16, Share: 16.0 / 17, PreviousCount: 3, Change: ptr(13.0 / 3)},
+				{Value: "Pod/web/api-0", Count: 1, Share: 1.0 / 17},
+			},
+			Total: 17, PreviousTotal: 3, DistinctValues: 2,
+		}, got)
 	})
 
 	t.Run("facets", func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/clickhouse"
+	"github.com/eventgate/eventgate/internal/query"
 )
 
 // BenchmarkIngestThroughput measures the whole ingest path with the default
@@ -71,7 +71,7 @@ func BenchmarkIngestVisibility(b *testing.B) {
 				b.Fatal(err)
 			}
 			if floor >= seq {
-				p, err := s.Query(ctx, clickhouse.Query{Scope: clickhouse.Scope{All: true}, Filter: clickhouse.Filter{Regarding: clickhouse.ObjectFilter{Name: clickhouse.StringSet{In: []string{ev.Regarding.Name}}}}, PageSize: 1}, floor)
+				p, err := s.Query(ctx, query.List{Scope: query.Scope{All: true}, Filter: query.Filter{Regarding: query.ObjectFilter{Name: query.StringSet{In: []string{ev.Regarding.Name}}}}, PageSize: 1}, floor)
 				if err != nil {
 					b.Fatal(err)
 				}

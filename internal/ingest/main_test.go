@@ -25,6 +25,7 @@ import (
 	"github.com/eventgate/eventgate/internal/clickhouse/chdbhttp"
 	"github.com/eventgate/eventgate/internal/event"
 	egjs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/query"
 )
 
 // One process can open one chDB storage path: the whole test binary shares
@@ -265,7 +266,7 @@ func waitFloor(t testing.TB, in *Consumer, seq uint64, within time.Duration) {
 func listAll(t testing.TB, s *clickhouse.Store, rv uint64) []*eventgatev1.Event {
 	t.Helper()
 	var out []*eventgatev1.Event
-	q := clickhouse.Query{Scope: clickhouse.Scope{All: true}, PageSize: clickhouse.MaxPageSize, OldestFirst: true}
+	q := query.List{Scope: query.Scope{All: true}, PageSize: query.MaxPageSize, OldestFirst: true}
 	for {
 		p, err := s.Query(context.Background(), q, rv)
 		if err != nil {

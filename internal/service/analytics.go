@@ -14,19 +14,20 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
-	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/limits"
+	"github.com/eventgate/eventgate/internal/query"
 )
 
-// AnalyticsStore answers the analytics questions from ClickHouse (Query
+// AnalyticsStore answers the analytics questions (internal/clickhouse
+// implements it; Query
 // serves Timeline).
 type AnalyticsStore interface {
-	Histogram(ctx context.Context, q clickhouse.HistogramQuery) (clickhouse.Histogram, error)
-	Top(ctx context.Context, q clickhouse.TopQuery) (clickhouse.Top, error)
-	Facets(ctx context.Context, q clickhouse.FacetsQuery) (clickhouse.Facets, error)
-	Series(ctx context.Context, q clickhouse.SeriesQuery) (clickhouse.SeriesList, error)
-	Query(ctx context.Context, q clickhouse.Query, rv uint64) (clickhouse.Page, error)
+	Histogram(ctx context.Context, q query.HistogramRequest) (query.Histogram, error)
+	Top(ctx context.Context, q query.TopRequest) (query.Top, error)
+	Facets(ctx context.Context, q query.FacetsRequest) (query.Facets, error)
+	Series(ctx context.Context, q query.SeriesRequest) (query.SeriesList, error)
+	Query(ctx context.Context, q query.List, rv uint64) (query.Page, error)
 }
 
 // Analytics implements eventgate.v1.AnalyticsService. Every request takes
@@ -38,7 +39,7 @@ type Analytics struct {
 	store  AnalyticsStore
 	floor  Floor
 	log    *slog.Logger
-	limits clickhouse.AnalyticsLimits
+	limits query.Limits
 	// tenants are the per-tenant quotas and guardrails (nil: none).
 	tenants *limits.Limiter
 }
@@ -48,11 +49,11 @@ func NewAnalytics(store AnalyticsStore, floor Floor, log *slog.Logger) *Analytic
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Analytics{store: store, floor: floor, log: log, limits: clickhouse.DefaultAnalyticsLimits()}
+	return &Analytics{store: store, floor: floor, log: log, limits: query.DefaultLimits()}
 }
 
 // WithLimits replaces the hard limits (for configuration and tests).
-func (a *Analytics) WithLimits(l clickhouse.AnalyticsLimits) *Analytics {
+func (a *Analytics) WithLimits(l query.Limits) *Analytics {
 	a.limits = l
 	return a
 }
@@ -75,22 +76,22 @@ type analyticsRequest interface {
 // analytics request declares EventFilter's fields with its numbers, checked
 // by TestEventFilterFieldsAligned) and reads it exactly as Query reads its
 // request: the same validation, selectors and field names.
-func filterOf(req analyticsRequest) (clickhouse.Filter, bool, error) {
+func filterOf(req analyticsRequest) (query.Filter, bool, error) {
 	b, err := proto.Marshal(req)
 	if err != nil {
-		return clickhouse.Filter{}, false, fmt.Errorf("encode request: %w", err)
+		return query.Filter{}, false, fmt.Errorf("encode request: %w", err)
 	}
 	ef := &eventgatev1.EventFilter{}
 	if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, ef); err != nil {
-		return clickhouse.Filter{}, false, fmt.Errorf("decode filter: %w", err)
+		return query.Filter{}, false, fmt.Errorf("decode filter: %w", err)
 	}
 	b, err = proto.Marshal(ef)
 	if err != nil {
-		return clickhouse.Filter{}, false, fmt.Errorf("encode filter: %w", err)
+		return query.Filter{}, false, fmt.Errorf("encode filter: %w", err)
 	}
 	qr := &eventgatev1.QueryRequest{}
 	if err := proto.Unmarshal(b, qr); err != nil {
-		return clickhouse.Filter{}, false, fmt.Errorf("decode filter: %w", err)
+		return query.Filter{}, false, fmt.Errorf("decode filter: %w", err)
 	}
 	q, empty, err := queryFromRequest(qr)
 	return q.Filter, empty, err
@@ -98,23 +99,23 @@ func filterOf(req analyticsRequest) (clickhouse.Filter, bool, error) {
 
 // prepare reads req's filter and the caller's scope, and counts the call
 // against its tenant's query quota until release.
-func (a *Analytics) prepare(ctx context.Context, req analyticsRequest) (_ context.Context, _ clickhouse.AnalyticsQuery, release func(), _ error) {
+func (a *Analytics) prepare(ctx context.Context, req analyticsRequest) (_ context.Context, _ query.Analytics, release func(), _ error) {
 	f, empty, err := filterOf(req)
 	if err != nil {
-		return ctx, clickhouse.AnalyticsQuery{}, nil, err
+		return ctx, query.Analytics{}, nil, err
 	}
 	sc, err := a.scope(ctx, f.Tenant)
 	if err != nil {
-		return ctx, clickhouse.AnalyticsQuery{}, nil, err
+		return ctx, query.Analytics{}, nil, err
 	}
 	ctx, tl, release, err := queryGuard(ctx, a.tenants, sc)
 	if err != nil {
-		return ctx, clickhouse.AnalyticsQuery{}, nil, err
+		return ctx, query.Analytics{}, nil, err
 	}
 	if empty {
 		// The filter matches nothing: the answer is the empty one, with
 		// every request field still checked.
-		sc = clickhouse.Scope{}
+		sc = query.Scope{}
 	}
 	if tl.MaxQueryWindow > 0 && !f.Since.IsZero() {
 		until := f.Until
@@ -123,23 +124,23 @@ func (a *Analytics) prepare(ctx context.Context, req analyticsRequest) (_ contex
 		}
 		if d := until.Sub(f.Since); d > tl.MaxQueryWindow {
 			release()
-			return ctx, clickhouse.AnalyticsQuery{}, nil, invalid("since", "the window spans %s, more than %s (limit maxQueryWindow): narrow since and until", d.Round(time.Second), tl.MaxQueryWindow)
+			return ctx, query.Analytics{}, nil, invalid("since", "the window spans %s, more than %s (limit maxQueryWindow): narrow since and until", d.Round(time.Second), tl.MaxQueryWindow)
 		}
 	}
 	l := analyticsLimits(a.limits, tl)
-	return ctx, clickhouse.AnalyticsQuery{Scope: sc, Filter: f, Limits: &l}, release, nil
+	return ctx, query.Analytics{Scope: sc, Filter: f, Limits: &l}, release, nil
 }
 
 // scope is Query's scope (Events.scope, which reads only the context) for
 // the analytics verb.
-func (a *Analytics) scope(ctx context.Context, narrow *clickhouse.TenantRef) (clickhouse.Scope, error) {
+func (a *Analytics) scope(ctx context.Context, narrow *query.TenantRef) (query.Scope, error) {
 	return (*Events)(nil).scope(ctx, authz.VerbAnalytics, narrow)
 }
 
 // analyticsStatus maps store errors: a refused request becomes
 // InvalidArgument naming its field (and the limit).
 func (a *Analytics) analyticsStatus(method string, err error) error {
-	var ae *clickhouse.AnalyticsError
+	var ae *query.FieldError
 	if errors.As(err, &ae) {
 		return toStatus(a.log, method, &InvalidError{Violations: []event.Violation{{Field: ae.Field, Description: ae.Detail()}}})
 	}
@@ -156,7 +157,7 @@ func (a *Analytics) Histogram(ctx context.Context, req *eventgatev1.HistogramReq
 		return nil, a.analyticsStatus(method, err)
 	}
 	defer release()
-	q := clickhouse.HistogramQuery{AnalyticsQuery: aq, GroupBy: req.GetGroupBy(), Limit: int(req.GetLimit())}
+	q := query.HistogramRequest{Analytics: aq, GroupBy: req.GetGroupBy(), Limit: int(req.GetLimit())}
 	if b := req.GetBucket(); b != nil {
 		if err := b.CheckValid(); err != nil || b.AsDuration() <= 0 {
 			return nil, a.analyticsStatus(method, invalid("bucket", "must be a positive duration"))
@@ -188,7 +189,7 @@ func (a *Analytics) Top(ctx context.Context, req *eventgatev1.TopRequest) (*even
 		return nil, a.analyticsStatus(method, err)
 	}
 	defer release()
-	t, err := a.store.Top(ctx, clickhouse.TopQuery{AnalyticsQuery: aq, Dimension: req.GetDimension(), Limit: int(req.GetLimit())})
+	t, err := a.store.Top(ctx, query.TopRequest{Analytics: aq, Dimension: req.GetDimension(), Limit: int(req.GetLimit())})
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
@@ -215,7 +216,7 @@ func (a *Analytics) Facets(ctx context.Context, req *eventgatev1.FacetsRequest) 
 		return nil, a.analyticsStatus(method, err)
 	}
 	defer release()
-	f, err := a.store.Facets(ctx, clickhouse.FacetsQuery{AnalyticsQuery: aq, Dimensions: req.GetDimensions(), Limit: int(req.GetLimit())})
+	f, err := a.store.Facets(ctx, query.FacetsRequest{Analytics: aq, Dimensions: req.GetDimensions(), Limit: int(req.GetLimit())})
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
@@ -238,7 +239,7 @@ func (a *Analytics) Series(ctx context.Context, req *eventgatev1.SeriesRequest) 
 		return nil, a.analyticsStatus(method, err)
 	}
 	defer release()
-	l, err := a.store.Series(ctx, clickhouse.SeriesQuery{AnalyticsQuery: aq, State: req.GetState(), Limit: int(req.GetLimit()), OrderBy: req.GetOrderBy()})
+	l, err := a.store.Series(ctx, query.SeriesRequest{Analytics: aq, State: req.GetState(), Limit: int(req.GetLimit()), OrderBy: req.GetOrderBy()})
 	if err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}
@@ -276,10 +277,10 @@ func (a *Analytics) Timeline(ctx context.Context, req *eventgatev1.TimelineReque
 	if obj.GetName() == "" && obj.GetUid() == "" {
 		return nil, a.analyticsStatus(method, invalid("involving", "name the object: involving.name (with kind and namespace) or involving.uid"))
 	}
-	if l := req.GetLimit(); l < 0 || l > clickhouse.MaxPageSize {
-		return nil, a.analyticsStatus(method, invalid("limit", "must be between 1 and %d (limit MaxPageSize)", clickhouse.MaxPageSize))
+	if l := req.GetLimit(); l < 0 || l > query.MaxPageSize {
+		return nil, a.analyticsStatus(method, invalid("limit", "must be between 1 and %d (limit MaxPageSize)", query.MaxPageSize))
 	}
-	q := clickhouse.Query{Filter: f, OldestFirst: !req.GetNewestFirst(), PageSize: int(req.GetLimit()), PageToken: req.GetPageToken()}
+	q := query.List{Filter: f, OldestFirst: !req.GetNewestFirst(), PageSize: int(req.GetLimit()), PageToken: req.GetPageToken()}
 	if q.Scope, err = a.scope(ctx, f.Tenant); err != nil {
 		return nil, a.analyticsStatus(method, err)
 	}

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/eventgate/eventgate/internal/authz"
-	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/query"
 )
 
 // InvalidError is a request that failed validation.
@@ -77,14 +77,14 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return status.Errorf(codes.FailedPrecondition, "%v: name a tenant or a kind to narrow the watch", err)
 	case errors.Is(err, authz.ErrPermissionDenied):
 		return status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, clickhouse.ErrNotFound):
+	case errors.Is(err, query.ErrNotFound):
 		return status.Error(codes.NotFound, "event not found")
-	case errors.Is(err, clickhouse.ErrBadPageToken):
+	case errors.Is(err, query.ErrBadPageToken):
 		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "pageToken", Description: "is not a token this query issued"}}})
-	case errors.Is(err, clickhouse.ErrInvalidQuery):
+	case errors.Is(err, query.ErrInvalidQuery):
 		// The store's refusal of the filter as a whole (the service names
 		// the field itself where one field is at fault).
-		desc := strings.TrimPrefix(err.Error(), clickhouse.ErrInvalidQuery.Error()+": ")
+		desc := strings.TrimPrefix(err.Error(), query.ErrInvalidQuery.Error()+": ")
 		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "query", Description: desc}}})
 	case errors.Is(err, event.ErrTooOld):
 		return status.Errorf(codes.OutOfRange, "%v: list again and watch from the list's resourceVersion", err)

@@ -16,9 +16,9 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
-	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/limits"
+	"github.com/eventgate/eventgate/internal/query"
 )
 
 // limitEmit takes a validated, authorized batch from the emit rate limits
@@ -79,7 +79,7 @@ func onlyTenant(sc authz.Scope) *authz.Tenant {
 // queryGuard counts a query against its tenant's quota and puts the
 // tenant's read limits on ctx; it returns the tenant's limits (the
 // defaults for a query over several tenants). release ends the query.
-func queryGuard(ctx context.Context, lim *limits.Limiter, sc clickhouse.Scope) (context.Context, limits.Limits, func(), error) {
+func queryGuard(ctx context.Context, lim *limits.Limiter, sc query.Scope) (context.Context, limits.Limits, func(), error) {
 	if lim == nil {
 		return ctx, limits.Limits{}, func() {}, nil
 	}
@@ -99,7 +99,7 @@ func queryGuard(ctx context.Context, lim *limits.Limiter, sc clickhouse.Scope) (
 	if t != nil {
 		l = lim.Tenant(*t)
 	}
-	ctx = clickhouse.WithReadLimits(ctx, clickhouse.ReadLimits{
+	ctx = query.WithReadLimits(ctx, query.ReadLimits{
 		MaxExecutionTime: l.MaxExecutionTime, MaxRowsToRead: l.MaxRowsToRead, MaxBytesToRead: l.MaxBytesToRead,
 	})
 	return ctx, l, release, nil
@@ -109,14 +109,14 @@ func queryGuard(ctx context.Context, lim *limits.Limiter, sc clickhouse.Scope) (
 // reads l.QueryWindow up to until (or now), and no window is longer than
 // l.MaxQueryWindow. A default since is carried in the page tokens, so every
 // page of a listing reads the same window; wrap wraps a next page token.
-func queryWindow(q *clickhouse.Query, l limits.Limits, now time.Time) (wrap func(string) string, err error) {
+func queryWindow(q *query.List, l limits.Limits, now time.Time) (wrap func(string) string, err error) {
 	wrap = func(tok string) string { return tok }
 	f := &q.Filter
 	if q.PageToken != "" {
 		if s, inner, ok := strings.Cut(q.PageToken, windowSep); ok {
 			us, err := strconv.ParseInt(s, 36, 64)
 			if err != nil {
-				return nil, clickhouse.ErrBadPageToken
+				return nil, query.ErrBadPageToken
 			}
 			f.Since, q.PageToken = time.UnixMicro(us).UTC(), inner
 			return func(tok string) string { return withWindow(tok, f.Since) }, nil
@@ -156,7 +156,7 @@ func withWindow(tok string, since time.Time) string {
 
 // analyticsLimits are the analytics limits with a tenant's window and
 // execution time (zero: its own).
-func analyticsLimits(a clickhouse.AnalyticsLimits, l limits.Limits) clickhouse.AnalyticsLimits {
+func analyticsLimits(a query.Limits, l limits.Limits) query.Limits {
 	if l.MaxQueryWindow > 0 {
 		a.MaxRange = l.MaxQueryWindow
 	}
@@ -170,7 +170,7 @@ func analyticsLimits(a clickhouse.AnalyticsLimits, l limits.Limits) clickhouse.A
 func limitStatus(err error) (error, bool) {
 	var re *limits.RateError
 	var qe *limits.QuotaError
-	var rle *clickhouse.ReadLimitError
+	var rle *query.ReadLimitError
 	switch {
 	case errors.As(err, &re) && re.RetryAfter == 0:
 		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: "events", Description: re.Error()}}}), true

@@ -11,15 +11,15 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
-	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/query"
 	"github.com/eventgate/eventgate/internal/selector"
 )
 
-// Store answers List and Get from ClickHouse.
+// Store answers List and Get (internal/clickhouse implements it).
 type Store interface {
-	Query(ctx context.Context, q clickhouse.Query, rv uint64) (clickhouse.Page, error)
-	Get(ctx context.Context, scope clickhouse.Scope, g clickhouse.GetQuery) (*eventgatev1.Event, error)
+	Query(ctx context.Context, q query.List, rv uint64) (query.Page, error)
+	Get(ctx context.Context, scope query.Scope, g query.Lookup) (*eventgatev1.Event, error)
 }
 
 // Floor says up to which stream sequence ClickHouse holds every event.
@@ -67,7 +67,7 @@ func (s *Events) Query(ctx context.Context, req *eventgatev1.QueryRequest) (*eve
 
 // Get implements EventService.Get.
 func (s *Events) Get(ctx context.Context, req *eventgatev1.GetRequest) (*eventgatev1.GetResponse, error) {
-	g := clickhouse.GetQuery{UID: req.GetUid(), Namespace: req.GetNamespace(), Name: req.GetName()}
+	g := query.Lookup{UID: req.GetUid(), Namespace: req.GetNamespace(), Name: req.GetName()}
 	if g.UID == "" && g.Name == "" {
 		return nil, toStatus(s.log, "Get", invalid("uid", "uid, or namespace and name, is required"))
 	}
@@ -81,7 +81,7 @@ func (s *Events) Get(ctx context.Context, req *eventgatev1.GetRequest) (*eventga
 	scope, err := s.scope(ctx, authz.VerbQuery, g.Tenant)
 	if errors.Is(err, authz.ErrPermissionDenied) {
 		// Naming a tenant one may not read says nothing about its uids.
-		return nil, toStatus(s.log, "Get", clickhouse.ErrNotFound)
+		return nil, toStatus(s.log, "Get", query.ErrNotFound)
 	}
 	if err != nil {
 		return nil, toStatus(s.log, "Get", err)
@@ -100,10 +100,10 @@ func (s *Events) Get(ctx context.Context, req *eventgatev1.GetRequest) (*eventga
 
 // scope is what the caller may read with verb, narrowed to the tenant the
 // request names; the store ANDs it into every statement.
-func (s *Events) scope(ctx context.Context, verb authz.Verb, narrow *clickhouse.TenantRef) (clickhouse.Scope, error) {
+func (s *Events) scope(ctx context.Context, verb authz.Verb, narrow *query.TenantRef) (query.Scope, error) {
 	p, err := principal(ctx)
 	if err != nil {
-		return clickhouse.Scope{}, err
+		return query.Scope{}, err
 	}
 	var n *authz.Tenant
 	if narrow != nil {
@@ -114,13 +114,13 @@ func (s *Events) scope(ctx context.Context, verb authz.Verb, narrow *clickhouse.
 	}
 	sc, err := p.Scope(verb, n)
 	if err != nil {
-		return clickhouse.Scope{}, err
+		return query.Scope{}, err
 	}
-	out := clickhouse.Scope{All: sc.All}
+	out := query.Scope{All: sc.All}
 	for _, t := range sc.Tenants {
-		ref := clickhouse.TenantRef{Type: t.Type, Name: t.Name}
+		ref := query.TenantRef{Type: t.Type, Name: t.Name}
 		for _, k := range t.Kinds {
-			ref.Kinds = append(ref.Kinds, clickhouse.GroupKind{Group: k.Group, Kind: k.Kind})
+			ref.Kinds = append(ref.Kinds, query.GroupKind{Group: k.Group, Kind: k.Kind})
 		}
 		out.Tenants = append(out.Tenants, ref)
 	}
@@ -129,11 +129,11 @@ func (s *Events) scope(ctx context.Context, verb authz.Verb, narrow *clickhouse.
 
 // tenantRef is the tenant a request names; Name "*" when it names a type
 // only (every tenant of the type).
-func tenantRef(t *eventgatev1.Tenant) (*clickhouse.TenantRef, error) {
+func tenantRef(t *eventgatev1.Tenant) (*query.TenantRef, error) {
 	if vs := event.ValidateTenantSelector(t); len(vs) > 0 {
 		return nil, tenantInvalid(vs)
 	}
-	ref := &clickhouse.TenantRef{Type: t.Type, Name: t.Name}
+	ref := &query.TenantRef{Type: t.Type, Name: t.Name}
 	if t.Type == event.TenantGlobal {
 		ref.Name = ""
 	} else if t.Name == "" {
@@ -144,15 +144,15 @@ func tenantRef(t *eventgatev1.Tenant) (*clickhouse.TenantRef, error) {
 
 // queryFromRequest builds the store query. empty reports a filter that can
 // match nothing (e.g. reason=A in one place and reason=B in another).
-func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty bool, err error) {
+func queryFromRequest(req *eventgatev1.QueryRequest) (q query.List, empty bool, err error) {
 	f := &q.Filter
 	if t := req.GetTenant(); t != nil && (t.Type != "" || t.Name != "") {
 		if f.Tenant, err = tenantRef(t); err != nil {
 			return q, false, err
 		}
 	}
-	in := func(vs ...string) clickhouse.StringSet {
-		var set clickhouse.StringSet
+	in := func(vs ...string) query.StringSet {
+		var set query.StringSet
 		for _, v := range vs {
 			if v != "" {
 				set.In = append(set.In, v)
@@ -170,8 +170,8 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 		{"type", req.GetType()}, {"reason", req.GetReason()}, {"action", req.GetAction()},
 		{"reportingController", req.GetReportingController()}, {"reportingInstance", req.GetReportingInstance()},
 	} {
-		if len(set.vals) > clickhouse.MaxFilterValues {
-			vs = append(vs, event.Violation{Field: set.field, Description: fmt.Sprintf("must have at most %d values, got %d", clickhouse.MaxFilterValues, len(set.vals))})
+		if len(set.vals) > query.MaxFilterValues {
+			vs = append(vs, event.Violation{Field: set.field, Description: fmt.Sprintf("must have at most %d values, got %d", query.MaxFilterValues, len(set.vals))})
 		}
 	}
 	if len(vs) > 0 {
@@ -183,8 +183,8 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 	f.Action = in(req.GetAction()...)
 	f.ReportingController = in(req.GetReportingController()...)
 	f.ReportingInstance = in(req.GetReportingInstance()...)
-	obj := func(o *eventgatev1.ObjectSelector) clickhouse.ObjectFilter {
-		return clickhouse.ObjectFilter{
+	obj := func(o *eventgatev1.ObjectSelector) query.ObjectFilter {
+		return query.ObjectFilter{
 			APIVersion: in(o.GetApiVersion()), Kind: in(o.GetKind()), Namespace: in(o.GetNamespace()),
 			Name: in(o.GetName()), UID: in(o.GetUid()), FieldPath: in(o.GetFieldPath()),
 		}
@@ -199,14 +199,14 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if len(keys) > clickhouse.MaxFilterValues/2 {
-		return q, false, invalid("labels", "must have at most %d entries, got %d", clickhouse.MaxFilterValues/2, len(keys))
+	if len(keys) > query.MaxFilterValues/2 {
+		return q, false, invalid("labels", "must have at most %d entries, got %d", query.MaxFilterValues/2, len(keys))
 	}
 	for _, k := range keys {
 		if k == "" {
 			return q, false, invalid("labels", "keys must not be empty")
 		}
-		f.Labels = append(f.Labels, clickhouse.LabelReq{Key: k, Op: "=", Values: []string{req.GetLabels()[k]}})
+		f.Labels = append(f.Labels, query.LabelReq{Key: k, Op: "=", Values: []string{req.GetLabels()[k]}})
 	}
 	// Bounds outside the times events may have (event.MinTime, MaxTime) are
 	// no bound, or leave nothing: ClickHouse's DateTime64 cannot hold them,
@@ -249,7 +249,7 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 		return q, false, invalid("labelSelector", "%v", err)
 	}
 	for _, r := range reqs {
-		f.Labels = append(f.Labels, clickhouse.LabelReq{Key: r.Key, Op: r.Op, Values: r.Values})
+		f.Labels = append(f.Labels, query.LabelReq{Key: r.Key, Op: r.Op, Values: r.Values})
 	}
 	switch req.GetOrder() {
 	case eventgatev1.Order_ORDER_OLDEST_FIRST:
@@ -258,8 +258,8 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q clickhouse.Query, empty 
 	default:
 		return q, false, invalid("order", "unknown order %d", req.GetOrder())
 	}
-	if ps := req.GetPageSize(); ps < 0 || ps > clickhouse.MaxPageSize {
-		return q, false, invalid("pageSize", "must be between 1 and %d", clickhouse.MaxPageSize)
+	if ps := req.GetPageSize(); ps < 0 || ps > query.MaxPageSize {
+		return q, false, invalid("pageSize", "must be between 1 and %d", query.MaxPageSize)
 	}
 	q.PageSize = int(req.GetPageSize())
 	q.PageToken = req.GetPageToken()
@@ -273,7 +273,7 @@ var FieldSelectorKeys = []string{
 	"regarding.{apiVersion,kind,namespace,name,uid,fieldPath}", "related.{…}", "involving.{…}",
 }
 
-func applyFieldSelector(f *clickhouse.Filter, sel string) (empty bool, err error) {
+func applyFieldSelector(f *query.Filter, sel string) (empty bool, err error) {
 	reqs, err := selector.Parse(sel)
 	if err != nil {
 		return false, invalid("fieldSelector", "%v", err)
@@ -311,7 +311,7 @@ func intersect(a, b []string) []string {
 }
 
 // fieldSet returns the filter field a selector key names.
-func fieldSet(f *clickhouse.Filter, key string) (*clickhouse.StringSet, error) {
+func fieldSet(f *query.Filter, key string) (*query.StringSet, error) {
 	switch key {
 	case "type":
 		return &f.Type, nil
@@ -328,7 +328,7 @@ func fieldSet(f *clickhouse.Filter, key string) (*clickhouse.StringSet, error) {
 	}
 	prefix, field, ok := strings.Cut(key, ".")
 	if ok {
-		var o *clickhouse.ObjectFilter
+		var o *query.ObjectFilter
 		switch prefix {
 		case "regarding", "involvedObject":
 			o = &f.Regarding
@@ -336,7 +336,7 @@ func fieldSet(f *clickhouse.Filter, key string) (*clickhouse.StringSet, error) {
 			o = &f.Related
 		case "involving":
 			if f.Involving == nil {
-				f.Involving = &clickhouse.ObjectFilter{}
+				f.Involving = &query.ObjectFilter{}
 			}
 			o = f.Involving
 		}

@@ -238,8 +238,11 @@ type HistogramRequest struct {
 	// Buckets are aligned to multiples of the width since the Unix epoch (UTC); at most 1000.
 	Bucket *durationpb.Duration `protobuf:"bytes,20,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	// Dimensions to group by, at most two: "type", "reason", "action", "regarding.kind",
-	// "namespace", "reportingController", and "tenant" (only for callers who may read several
-	// tenants). Empty: one total per bucket. At most 10000 distinct groups in the window.
+	// "namespace", "reportingController", "reportingInstance", "regarding.name",
+	// "regarding.namespacedName" ("namespace/name"), "regarding" ("Kind/namespace/name"),
+	// "related" (the same, "" without one), "labels.<key>", "metadata.<key>" (the key's value, ""
+	// where unset), and "tenant" (only for callers who may read several tenants). Empty: one
+	// total per bucket. At most 10000 distinct groups in the window.
 	GroupBy []string `protobuf:"bytes,21,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
 	// Groups returned, those with the most occurrences; the rest are added up in one group
 	// with other=true. Default 10, at most 100.
@@ -630,8 +633,11 @@ type TopRequest struct {
 	// Label selector, Kubernetes syntax.
 	LabelSelector string `protobuf:"bytes,18,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
 	// The dimension: "type", "reason", "action", "regarding.kind", "namespace",
-	// "reportingController", or "tenant" (only for callers who may read several tenants).
-	// Required. At most 10000 distinct values in the window.
+	// "reportingController", "reportingInstance", "regarding.name", "regarding.namespacedName"
+	// ("namespace/name"), "regarding" ("Kind/namespace/name"), "related" (the same, "" without
+	// one), "labels.<key>", "metadata.<key>" (the key's value, "" where unset), or "tenant" (only
+	// for callers who may read several tenants). Required. At most 10000 distinct values in the
+	// window.
 	Dimension string `protobuf:"bytes,20,opt,name=dimension,proto3" json:"dimension,omitempty"`
 	// Values returned. Default 10, at most 1000.
 	Limit         int32 `protobuf:"varint,21,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -1021,9 +1027,10 @@ type FacetsRequest struct {
 	FieldSelector string `protobuf:"bytes,17,opt,name=field_selector,json=fieldSelector,proto3" json:"field_selector,omitempty"`
 	// Label selector, Kubernetes syntax.
 	LabelSelector string `protobuf:"bytes,18,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
-	// Dimensions, at most 8, each once: "type", "reason", "action", "regarding.kind",
-	// "namespace", "reportingController", "tenant" (only for callers who may read several
-	// tenants). Default: type, reason, regarding.kind, namespace, reportingController.
+	// Dimensions, at most 8, each once: any Top dimension ("type", "reason", "action",
+	// "regarding.kind", "namespace", "reportingController", "reportingInstance", "regarding.name",
+	// "regarding.namespacedName", "regarding", "related", "labels.<key>", "metadata.<key>",
+	// "tenant"). Default: type, reason, regarding.kind, namespace, reportingController.
 	// At most 10000 distinct values per dimension in the window.
 	Dimensions []string `protobuf:"bytes,20,rep,name=dimensions,proto3" json:"dimensions,omitempty"`
 	// Values returned per dimension, most occurrences first. Default 20, at most 1000.

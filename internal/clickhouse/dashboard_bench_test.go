@@ -1,0 +1,278 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/query"
+)
+
+// The dashboard benchmark store: the analytics store's events (time order,
+// 3% series) with raw events and one large tenant, organization/big, that
+// holds half of them beside 500 small ones. Its times end at generation:
+// events_recent serves the newest 2 days as of now, so reuse a kept store
+// (EVENTGATE_TEST_CHDB_DIR) within a day or two.
+//
+//	EVENTGATE_BENCH_EVENTS=2000000 EVENTGATE_TEST_CHDB_DIR=/tmp/eg-dash go test -run '^$' -bench BenchmarkDashboard -benchtime 20x ./internal/clickhouse/
+var dbench struct {
+	once    sync.Once
+	err     error
+	store   *Store
+	n       int
+	small   []query.TenantRef
+	end     time.Time
+	genTime time.Duration
+}
+
+var bigTenant = query.TenantRef{Type: "organization", Name: "big"}
+
+func setupDashboardBench(b *testing.B) {
+	dbench.once.Do(func() {
+		ctx := context.Background()
+		n := benchEvents()
+		cfg := DefaultConfig()
+		cfg.Database = fmt.Sprintf("dashboard_bench_%d", n)
+		s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
+		if err != nil {
+			dbench.err = err
+			return
+		}
+		dbench.store, dbench.n = s, n
+		if err := s.t.exec(ctx, "SELECT n FROM "+s.ddl.table("bench_generated"), nil); err != nil {
+			start := time.Now()
+			for _, tbl := range []string{"events", "analytics_events", "analytics_series", "series_minute_totals", "event_minutes", "events_recent"} {
+				if err := s.t.exec(ctx, "TRUNCATE TABLE "+s.ddl.table(tbl), nil); err != nil {
+					dbench.err = err
+					return
+				}
+			}
+			if err := generateAnalyticsData(ctx, s, n, benchShape{bigTenant: true, raw: true}); err != nil {
+				dbench.err = err
+				return
+			}
+			// The view copied every day; TTL merges would keep the last
+			// recentKeep.
+			if err := s.t.exec(ctx, "ALTER TABLE "+s.recent()+" MATERIALIZE TTL SETTINGS mutations_sync = 1", nil); err != nil {
+				dbench.err = err
+				return
+			}
+			dbench.genTime = time.Since(start)
+		}
+		waitMerges(ctx, s)
+		var endUS int64
+		rs, err := s.t.query(ctx, "SELECT toInt64(toUnixTimestamp64Micro(max(event_time))) FROM "+s.analyticsEvents(), nil)
+		if err != nil {
+			dbench.err = err
+			return
+		}
+		for rs.Next() {
+			rs.Scan(&endUS)
+		}
+		rs.Close()
+		dbench.end = time.UnixMicro(endUS)
+		rs, err = s.t.query(ctx, "SELECT DISTINCT toString(tenant_type), toString(tenant_name) FROM "+s.analyticsEvents()+
+			" WHERE tenant_name != 'big' LIMIT 100", nil)
+		if err != nil {
+			dbench.err = err
+			return
+		}
+		for rs.Next() {
+			var t query.TenantRef
+			rs.Scan(&t.Type, &t.Name)
+			dbench.small = append(dbench.small, t)
+		}
+		rs.Close()
+	})
+	if dbench.err != nil {
+		b.Fatal(dbench.err)
+	}
+}
+
+func logDashboardTables(b *testing.B, s *Store) {
+	for _, tbl := range []string{"events", "events_recent", "analytics_events", "series_minute_totals", "event_minutes"} {
+		p := newParams()
+		rs, err := s.t.query(context.Background(), "SELECT toUInt64(count()), toUInt64(sum(rows)), toUInt64(sum(data_compressed_bytes)) "+
+			"FROM system.parts WHERE active AND database = "+p.str(s.cfg.Database)+" AND table = "+p.str(tbl), p.m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var parts, rows, bytes uint64
+		for rs.Next() {
+			rs.Scan(&parts, &rows, &bytes)
+		}
+		rs.Close()
+		b.Logf("%s: %d rows in %d parts, %.1f MiB compressed", tbl, rows, parts, float64(bytes)/(1<<20))
+	}
+}
+
+// BenchmarkDashboard measures the reads a dashboard makes first, on the
+// dashboard store: the newest 100 events of the large tenant and of every
+// tenant (plain, with a type or kind filter, in the last hour), each read
+// from the events table alone (layout "events", the baseline) and with
+// events_recent ("recent"); and facets, top and histograms over 24 hours
+// and 30 days for the large tenant and for every tenant.
+func BenchmarkDashboard(b *testing.B) {
+	setupDashboardBench(b)
+	s := dbench.store
+	if dbench.genTime > 0 {
+		b.Logf("generated %d events in %v", dbench.n, dbench.genTime.Round(time.Millisecond))
+	}
+	logDashboardTables(b, s)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 6))
+	rv := uint64(dbench.n)*3 + 3
+	big := query.Scope{Tenants: []query.TenantRef{bigTenant}}
+	lists := []struct {
+		name  string
+		scope query.Scope
+		f     func() query.Filter
+	}{
+		{"big", big, func() query.Filter { return query.Filter{} }},
+		{"all", all, func() query.Filter { return query.Filter{} }},
+		{"all/warning", all, func() query.Filter { return query.Filter{Type: set("Warning")} }},
+		{"all/pods", all, func() query.Filter { return query.Filter{Regarding: query.ObjectFilter{Kind: set("Pod")}} }},
+		{"all/reason", all, func() query.Filter { return query.Filter{Reason: set(fmt.Sprintf("Reason%d", rng.IntN(50)))} }},
+		{"big/1h/warning", big, func() query.Filter {
+			return query.Filter{Type: set("Warning"), Since: dbench.end.Add(-time.Hour - time.Duration(rng.IntN(600))*time.Second)}
+		}},
+		{"all/1h/warning", all, func() query.Filter {
+			return query.Filter{Type: set("Warning"), Since: dbench.end.Add(-time.Hour - time.Duration(rng.IntN(600))*time.Second)}
+		}},
+		{"small", query.Scope{}, nil},
+	}
+	for _, layout := range []string{"events", "recent"} {
+		for _, l := range lists {
+			b.Run("Newest100/"+l.name+"/"+layout, func(b *testing.B) {
+				s.noRecent = layout == "events"
+				defer func() { s.noRecent = false }()
+				var lat latencies
+				for i := 0; i < b.N; i++ {
+					q := query.List{Scope: l.scope, PageSize: 100}
+					if l.f != nil {
+						q.Filter = l.f()
+					} else {
+						q.Scope = query.Scope{Tenants: []query.TenantRef{dbench.small[rng.IntN(len(dbench.small))]}}
+					}
+					start := time.Now()
+					p, err := s.Query(ctx, q, rv-uint64(rng.IntN(1000)))
+					lat = append(lat, time.Since(start))
+					if err != nil || len(p.Events) != 100 {
+						b.Fatalf("%d events, %v", len(p.Events), err)
+					}
+				}
+				lat.report(b)
+			})
+		}
+	}
+	runDashboardAnalytics(b, s)
+}
+
+func runDashboardAnalytics(b *testing.B, s *Store) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 8))
+	scopes := map[string]query.Scope{"big": {Tenants: []query.TenantRef{bigTenant}}, "all": all}
+	for _, w := range []struct {
+		name string
+		d    time.Duration
+	}{{"24h", 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}} {
+		for _, scName := range []string{"big", "all"} {
+			sc := scopes[scName]
+			q := func() query.Analytics {
+				until := dbench.end.Add(-time.Duration(rng.IntN(600)) * time.Second)
+				return query.Analytics{Scope: sc, Filter: query.Filter{Since: until.Add(-w.d), Until: until}}
+			}
+			run := func(name string, f func(query.Analytics) (int64, error)) {
+				b.Run(name+"/"+w.name+"/"+scName, func(b *testing.B) {
+					var lat latencies
+					for i := 0; i < b.N; i++ {
+						aq := q()
+						start := time.Now()
+						n, err := f(aq)
+						lat = append(lat, time.Since(start))
+						if err != nil || n == 0 {
+							b.Fatalf("%d occurrences, %v", n, err)
+						}
+					}
+					lat.report(b)
+				})
+			}
+			run("Facets5", func(aq query.Analytics) (int64, error) {
+				f, err := s.Facets(ctx, query.FacetsRequest{Analytics: aq})
+				return f.Total, err
+			})
+			run("Top10Reasons", func(aq query.Analytics) (int64, error) {
+				t, err := s.Top(ctx, query.TopRequest{Analytics: aq, Dimension: query.DimReason})
+				return t.Total, err
+			})
+			run("HistogramByType", func(aq query.Analytics) (int64, error) {
+				h, err := s.Histogram(ctx, query.HistogramRequest{Analytics: aq, GroupBy: []string{query.DimType}})
+				return h.Total, err
+			})
+		}
+	}
+}
+
+// BenchmarkInsertRecentCost measures what events_recent costs the write
+// path: Store.Insert of ~600-byte events in batches of the ingest's size
+// into two databases, one without the events_recent view, alternately in
+// the same loop; it reports both rates and their ratio.
+func BenchmarkInsertRecentCost(b *testing.B) {
+	ctx := context.Background()
+	open := func(drop bool) *Store {
+		cfg := DefaultConfig()
+		cfg.Database = testDatabase(b)
+		s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			s.Close()
+			engine(b).Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
+		})
+		if drop {
+			if err := s.t.exec(ctx, "DROP VIEW "+s.ddl.table("events_recent_mv"), nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return s
+	}
+	with, without := open(false), open(true)
+	size := DefaultConfig().BatchSize
+	at := time.Now().Add(-time.Hour)
+	batches := make([][]Row, 4)
+	for j := range batches {
+		batches[j] = make([]Row, size)
+		for i := range batches[j] {
+			n := j*size + i
+			ev := realisticEvent(n, 1000, at)
+			raw, _ := event.Marshal(ev)
+			batches[j][i] = Row{Seq: uint64(n + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: at, Raw: raw}
+		}
+	}
+	b.ResetTimer()
+	stores := [2]*Store{with, without}
+	var took [2]time.Duration
+	for i := 0; i < b.N; i++ {
+		order := [2]int{0, 1}
+		if i%2 == 1 {
+			order = [2]int{1, 0} // neither always goes first
+		}
+		for _, k := range order {
+			start := time.Now()
+			if err := stores[k].Insert(ctx, batches[i%len(batches)]); err != nil {
+				b.Fatal(err)
+			}
+			took[k] += time.Since(start)
+		}
+	}
+	tWith, tWithout := took[0], took[1]
+	rows := float64(b.N * size)
+	b.ReportMetric(rows/tWith.Seconds(), "rows/s_with")
+	b.ReportMetric(rows/tWithout.Seconds(), "rows/s_without")
+	b.ReportMetric(tWith.Seconds()/tWithout.Seconds(), "time_ratio")
+}

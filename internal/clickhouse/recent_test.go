@@ -1,0 +1,100 @@
+package clickhouse
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/query"
+)
+
+// TestNewestFirstAcrossRecentHorizon lists, newest first, events on both
+// sides of the horizon where listings switch from events_recent to events
+// (now - recentSpan), with versions and filters, page by page, and checks
+// that every listing equals the one read from the events table alone.
+func TestNewestFirstAcrossRecentHorizon(t *testing.T) {
+	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
+		cfg := DefaultConfig()
+		cfg.Database = "" // the test's own
+		s := open(cfg)
+		old := open(cfg) // same database, events table only
+		old.noRecent = true
+		now := time.Now()
+		hours := []float64{0.2, 1, 10, 47.9, 48, 48.1, 49, 60, 72.5, 80, 240, 24 * 35}
+		var evs []*eventgatev1.Event
+		for i, h := range hours {
+			for j := range 3 {
+				uid := string(rune('a'+i)) + string(rune('0'+j))
+				ev := mkEvent(uid, 0, func(e *eventgatev1.Event) {
+					e.EventTime = timestampAt(now.Add(-time.Duration(h * float64(time.Hour))).Add(time.Duration(j) * time.Millisecond))
+				})
+				if j == 1 {
+					ev.Tenant = &eventgatev1.Tenant{Type: "project", Name: "b"}
+				}
+				if (i+j)%2 == 0 {
+					ev.Type = "Warning"
+				}
+				evs = append(evs, ev)
+			}
+		}
+		rv := insert(t, s, 1, evs...)
+		// Second versions of two events, one on each side of the horizon.
+		for _, i := range []int{1, len(evs) - 4} {
+			v2 := cloneEvent(evs[i])
+			v2.Note = "second version"
+			rv = insert(t, s, rv+1, v2)
+		}
+		if ph := s.firstPhase(query.List{Scope: all}, nil, now); ph.table != fromRecent || !ph.more {
+			t.Fatalf("newest first of every tenant starts at %+v, want events_recent then events", ph)
+		}
+		filters := map[string]query.Filter{
+			"all":         {},
+			"tenant b":    {Tenant: &query.TenantRef{Type: "project", Name: "b"}},
+			"warning":     {Type: set("Warning")},
+			"since 3d":    {Since: now.Add(-72 * time.Hour)},
+			"since 30h":   {Since: now.Add(-30 * time.Hour)},
+			"until 47h":   {Until: now.Add(-47 * time.Hour)},
+			"until 49h":   {Until: now.Add(-49 * time.Hour)},
+			"window 2-3d": {Since: now.Add(-72 * time.Hour), Until: now.Add(-47 * time.Hour), Type: set("Warning")},
+		}
+		for name, f := range filters {
+			for _, size := range []int{1, 100} {
+				got := listUIDs(t, s, query.List{Scope: all, Filter: f, PageSize: size}, rv)
+				want := listUIDs(t, old, query.List{Scope: all, Filter: f, PageSize: size}, rv)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s, pages of %d: got\n%v\nwant (events table)\n%v", name, size, got, want)
+				}
+				if name == "all" && len(got) != len(evs) {
+					t.Errorf("all: %d events listed, want %d: %v", len(got), len(evs), got)
+				}
+			}
+		}
+	})
+}
+
+// listUIDs pages through a listing; each event as uid@resourceVersion.
+func listUIDs(t *testing.T, s *Store, q query.List, rv uint64) []string {
+	t.Helper()
+	var out []string
+	for {
+		p := listPage(t, s, q, rv)
+		for _, e := range p.Events {
+			out = append(out, e.GetUid()+"@"+e.GetResourceVersion()+"/"+strings.TrimPrefix(e.GetNote(), "second version"))
+		}
+		if p.NextPageToken == "" {
+			return out
+		}
+		q.PageToken = p.NextPageToken
+	}
+}
+
+func timestampAt(t time.Time) *timestamppb.Timestamp {
+	return timestamppb.New(t.UTC().Truncate(time.Microsecond))
+}
+
+func cloneEvent(e *eventgatev1.Event) *eventgatev1.Event { return proto.Clone(e).(*eventgatev1.Event) }
