@@ -75,6 +75,17 @@ source:
 	if out := k.run(t, ctx, "apply", "-f", applied); !strings.Contains(out, "api-0.applied created") {
 		t.Errorf("kubectl apply -f: %s", out)
 	}
+	// kubectl apply reads the object first: the stored event must be
+	// queryable (the ingest is asynchronous), as it is once a get finds it.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := k.cmd(ctx, "get", "event", "-n", "web", "api-0.applied").CombinedOutput(); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the applied event was not queryable within 30s")
+		}
+		time.Sleep(100 * time.Millisecond) // polling an observable condition
+	}
 	// Applied again with a change: a patch, validated the same way.
 	reapplied := write("reapplied.yaml", strings.Replace(readFile(t, applied), "applied by kubectl apply -f", "applied again", 1))
 	if out := k.run(t, ctx, "apply", "-f", reapplied); !strings.Contains(out, "api-0.applied configured") {
