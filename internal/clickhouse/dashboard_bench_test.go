@@ -161,7 +161,8 @@ func BenchmarkDashboard(b *testing.B) {
 					start := time.Now()
 					p, err := s.Query(ctx, q, rv-uint64(rng.IntN(1000)))
 					lat = append(lat, time.Since(start))
-					if err != nil || len(p.Events) != 100 {
+					// A 1-hour window of a small store may hold fewer.
+					if err != nil || len(p.Events) == 0 || (len(p.Events) < 100 && q.Filter.Since.IsZero()) {
 						b.Fatalf("%d events, %v", len(p.Events), err)
 					}
 				}
