@@ -83,7 +83,7 @@ type Config struct {
 	// MemoryLimitMiB is the soft memory limit of the Go heap (GOMEMLIMIT),
 	// under which the collector works harder instead of growing: 0 means a
 	// quarter of the memory available (the cgroup's limit, else the
-	// machine's; the embedded chDB needs its own), at most 512 MiB; -1 none. The environment
+	// machine's; the embedded chDB needs its own), at most 1 GiB; -1 none. The environment
 	// variable GOMEMLIMIT overrides it.
 	MemoryLimitMiB int64 `yaml:"memoryLimitMiB"`
 	// ShutdownTimeout bounds a graceful shutdown.
@@ -302,7 +302,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest request accepted, in bytes")
 	fs.IntVar(&c.WatchBuffer, "watch-buffer", c.WatchBuffer, "events queued per watcher before it is ended as too slow")
 	fs.IntVar(&c.GCPercent, "gc-percent", c.GCPercent, "garbage collector target (GOGC) of the binary; the GOGC variable overrides it")
-	fs.Int64Var(&c.MemoryLimitMiB, "memory-limit-mib", c.MemoryLimitMiB, "soft Go memory limit in MiB (GOMEMLIMIT); 0: a quarter of the memory available, at most 512; -1: none; the GOMEMLIMIT variable overrides it")
+	fs.Int64Var(&c.MemoryLimitMiB, "memory-limit-mib", c.MemoryLimitMiB, "soft Go memory limit in MiB (GOMEMLIMIT); 0: a quarter of the memory available, at most 1024; -1: none; the GOMEMLIMIT variable overrides it")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on graceful shutdown")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")

@@ -11,7 +11,7 @@ import (
 )
 
 // TestTuneRuntime: the binary's collector target and memory limit come from
-// the configuration (a quarter of the memory available, at most 512 MiB, by
+// the configuration (a quarter of the memory available, at most 1 GiB, by
 // default) unless GOGC or
 // GOMEMLIMIT set them.
 func TestTuneRuntime(t *testing.T) {
@@ -33,8 +33,8 @@ func TestTuneRuntime(t *testing.T) {
 	}
 	if avail := availableMemory(); avail <= 0 {
 		t.Errorf("available memory %d", avail)
-	} else if got, want := debug.SetMemoryLimit(math.MaxInt64), min(avail/4, 512<<20); got != want {
-		t.Errorf("memory limit %d, want a quarter of %d, at most 512 MiB", got, avail)
+	} else if got, want := debug.SetMemoryLimit(math.MaxInt64), min(avail/4, 1<<30); got != want {
+		t.Errorf("memory limit %d, want a quarter of %d, at most 1 GiB", got, avail)
 	}
 
 	cfg.GCPercent, cfg.MemoryLimitMiB = 250, 1024
