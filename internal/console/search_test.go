@@ -91,16 +91,16 @@ func TestSearchFindsEventsByReasonAndByFieldSelector(t *testing.T) {
 
 	// Keyset pages: two, then the last one, then back.
 	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?namespace="+ns+"&pageSize=2"))
-	waitText(t, ctx, "#results-count", "2 events", 10*time.Second)
+	waitText(t, ctx, "#results-count", "2 events", 30*time.Second)
 	first := tableColumn(t, ctx, "#results-table", 3)
 	do(t, ctx, chromedp.Click(chromedp.CSS("#next-page")))
-	waitText(t, ctx, "#results-count", "1 events", 10*time.Second)
+	waitText(t, ctx, "#results-count", "1 events", 30*time.Second)
 	last := tableColumn(t, ctx, "#results-table", 3)
 	if all := strings.Join(append(first, last...), ","); strings.Count(all, "Search") != 3 || strings.Count(all, "SearchAlpha") != 1 || strings.Count(all, "SearchBeta") != 1 {
 		t.Errorf("the pages list %q, want each of the three events once", all)
 	}
 	do(t, ctx, chromedp.Click(chromedp.JSPath(`[...document.querySelectorAll('#results button')].find((b) => b.innerText === 'Previous page')`)))
-	waitText(t, ctx, "#results-count", "2 events", 10*time.Second)
+	waitText(t, ctx, "#results-count", "2 events", 30*time.Second)
 	if back := tableColumn(t, ctx, "#results-table", 3); strings.Join(back, ",") != strings.Join(first, ",") {
 		t.Errorf("Previous page lists %q, want the first page %q", back, first)
 	}
