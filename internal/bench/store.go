@@ -190,11 +190,6 @@ func GenerateStore(ctx context.Context, dataDir, lib string, n int, log *slog.Lo
 			return nil, fmt.Errorf("generate events %d..%d: %w", lo, min(lo+chunk, n), err)
 		}
 	}
-	// The view copied every day into events_recent; TTL merges would keep
-	// only the last days, as a running gateway's table holds.
-	if err := e.Exec(ctx, "ALTER TABLE "+cfg.Database+".events_recent MATERIALIZE TTL SETTINGS mutations_sync = 1"); err != nil {
-		return nil, fmt.Errorf("generated store: events_recent TTL: %w", err)
-	}
 	info.Elapsed = time.Since(start)
 	start = time.Now()
 	for deadline := time.Now().Add(4 * time.Minute); time.Now().Before(deadline); {

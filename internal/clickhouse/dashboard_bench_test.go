@@ -8,15 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/query"
 )
 
 // The dashboard benchmark store: the analytics store's events (time order,
 // 3% series) with raw events and one large tenant, organization/big, that
-// holds half of them beside 500 small ones. Its times end at generation:
-// events_recent serves the newest 2 days as of now, so reuse a kept store
-// (EVENTGATE_TEST_CHDB_DIR) within a day or two.
+// holds half of them beside 500 small ones. Its times end at generation; a kept store
+// (EVENTGATE_TEST_CHDB_DIR) is reused.
 //
 //	EVENTGATE_BENCH_EVENTS=2000000 EVENTGATE_TEST_CHDB_DIR=/tmp/eg-dash go test -run '^$' -bench BenchmarkDashboard -benchtime 20x ./internal/clickhouse/
 var dbench struct {
@@ -45,19 +43,13 @@ func setupDashboardBench(b *testing.B) {
 		dbench.store, dbench.n = s, n
 		if err := s.t.exec(ctx, "SELECT n FROM "+s.ddl.table("bench_generated"), nil); err != nil {
 			start := time.Now()
-			for _, tbl := range []string{"events", "analytics_events", "analytics_series", "series_minute_totals", "event_minutes", "events_recent"} {
+			for _, tbl := range []string{"events", "analytics_events", "analytics_series", "series_minute_totals", "event_minutes"} {
 				if err := s.t.exec(ctx, "TRUNCATE TABLE "+s.ddl.table(tbl), nil); err != nil {
 					dbench.err = err
 					return
 				}
 			}
 			if err := generateAnalyticsData(ctx, s, n, benchShape{bigTenant: true, raw: true}); err != nil {
-				dbench.err = err
-				return
-			}
-			// The view copied every day; TTL merges would keep the last
-			// recentKeep.
-			if err := s.t.exec(ctx, "ALTER TABLE "+s.recent()+" MATERIALIZE TTL SETTINGS mutations_sync = 1", nil); err != nil {
 				dbench.err = err
 				return
 			}
@@ -94,7 +86,7 @@ func setupDashboardBench(b *testing.B) {
 }
 
 func logDashboardTables(b *testing.B, s *Store) {
-	for _, tbl := range []string{"events", "events_recent", "analytics_events", "series_minute_totals", "event_minutes"} {
+	for _, tbl := range []string{"events", "analytics_events", "series_minute_totals", "event_minutes"} {
 		p := newParams()
 		rs, err := s.t.query(context.Background(), "SELECT toUInt64(count()), toUInt64(sum(rows)), toUInt64(sum(data_compressed_bytes)) "+
 			"FROM system.parts WHERE active AND database = "+p.str(s.cfg.Database)+" AND table = "+p.str(tbl), p.m)
@@ -114,7 +106,7 @@ func logDashboardTables(b *testing.B, s *Store) {
 // dashboard store: the newest 100 events of the large tenant and of every
 // tenant (plain, with a type or kind filter, in the last hour), each read
 // from the events table alone (layout "events", the baseline) and with
-// events_recent ("recent"); and facets, top and histograms over 24 hours
+// keys from analytics_events ("indexed"); and facets, top and histograms over 24 hours
 // and 30 days for the large tenant and for every tenant.
 func BenchmarkDashboard(b *testing.B) {
 	setupDashboardBench(b)
@@ -145,11 +137,11 @@ func BenchmarkDashboard(b *testing.B) {
 		}},
 		{"small", query.Scope{}, nil},
 	}
-	for _, layout := range []string{"events", "recent"} {
+	for _, layout := range []string{"events", "indexed"} {
 		for _, l := range lists {
 			b.Run("Newest100/"+l.name+"/"+layout, func(b *testing.B) {
-				s.noRecent = layout == "events"
-				defer func() { s.noRecent = false }()
+				s.eventsOnly = layout == "events"
+				defer func() { s.eventsOnly = false }()
 				var lat latencies
 				for i := 0; i < b.N; i++ {
 					q := query.List{Scope: l.scope, PageSize: 100}
@@ -216,64 +208,4 @@ func runDashboardAnalytics(b *testing.B, s *Store) {
 			})
 		}
 	}
-}
-
-// BenchmarkInsertRecentCost measures what events_recent costs the write
-// path: Store.Insert of ~600-byte events in batches of the ingest's size
-// into two databases, one without the events_recent view, alternately in
-// the same loop; it reports both rates and their ratio.
-func BenchmarkInsertRecentCost(b *testing.B) {
-	ctx := context.Background()
-	open := func(drop bool) *Store {
-		cfg := DefaultConfig()
-		cfg.Database = testDatabase(b)
-		s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			s.Close()
-			engine(b).Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
-		})
-		if drop {
-			if err := s.t.exec(ctx, "DROP VIEW "+s.ddl.table("events_recent_mv"), nil); err != nil {
-				b.Fatal(err)
-			}
-		}
-		return s
-	}
-	with, without := open(false), open(true)
-	size := DefaultConfig().BatchSize
-	at := time.Now().Add(-time.Hour)
-	batches := make([][]Row, 4)
-	for j := range batches {
-		batches[j] = make([]Row, size)
-		for i := range batches[j] {
-			n := j*size + i
-			ev := realisticEvent(n, 1000, at)
-			raw, _ := event.Marshal(ev)
-			batches[j][i] = Row{Seq: uint64(n + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: at, Raw: raw}
-		}
-	}
-	b.ResetTimer()
-	stores := [2]*Store{with, without}
-	var took [2]time.Duration
-	for i := 0; i < b.N; i++ {
-		order := [2]int{0, 1}
-		if i%2 == 1 {
-			order = [2]int{1, 0} // neither always goes first
-		}
-		for _, k := range order {
-			start := time.Now()
-			if err := stores[k].Insert(ctx, batches[i%len(batches)]); err != nil {
-				b.Fatal(err)
-			}
-			took[k] += time.Since(start)
-		}
-	}
-	tWith, tWithout := took[0], took[1]
-	rows := float64(b.N * size)
-	b.ReportMetric(rows/tWith.Seconds(), "rows/s_with")
-	b.ReportMetric(rows/tWithout.Seconds(), "rows/s_without")
-	b.ReportMetric(tWith.Seconds()/tWithout.Seconds(), "time_ratio")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
@@ -52,7 +53,7 @@ func (s *Store) Query(ctx context.Context, q query.List, rv uint64) (query.Page,
 	if err := q.Filter.Validate(); err != nil {
 		return query.Page{}, err
 	}
-	keys, err := s.listKeys(ctx, q, rv, cur, size+1, time.Now())
+	keys, err := s.listKeys(ctx, q, rv, cur, size+1)
 	if err != nil {
 		return query.Page{}, err
 	}
@@ -91,16 +92,16 @@ func sameKey(a, b result) bool {
 // the raw column read for the top rows only. When versions fill a chunk,
 // the next chunk starts after the last key.
 //
-// Newest first, the event times after now - recentSpan are read from
-// events_recent (recent_schema.go), the rest from events: the two phases
-// split the listing's order at that horizon, so a page may take rows from
-// both.
-func (s *Store) listKeys(ctx context.Context, q query.List, rv uint64, cur *pageToken, want int, now time.Time) ([]result, error) {
+// Newest first, unless the filter names the regarding object, the keys
+// come from analytics_events, which is in time order (listIndexed).
+func (s *Store) listKeys(ctx context.Context, q query.List, rv uint64, cur *pageToken, want int) ([]result, error) {
+	if s.indexed(q) {
+		return s.listIndexed(ctx, q, rv, cur, want)
+	}
 	chunk := want + want/8 + 8
-	ph := s.firstPhase(q, cur, now)
 	var keys []result
 	for {
-		sql, params := s.querySQL(q, rv, cur, chunk, ph)
+		sql, params := s.querySQL(q, rv, cur, chunk)
 		res, err := s.read(ctx, sql, params)
 		if err != nil {
 			return nil, err
@@ -111,96 +112,198 @@ func (s *Store) listKeys(ctx context.Context, q query.List, rv uint64, cur *page
 			}
 			keys = append(keys, r)
 			if len(keys) == want {
-				break
-			}
-		}
-		if len(keys) == want {
-			return keys, nil
-		}
-		if n := len(keys); n > 0 {
-			last := keys[n-1]
-			cur = &pageToken{TimeUS: last.tus, UID: last.uid, TenantType: last.tt, TenantName: last.tn}
-		}
-		if len(res) < chunk {
-			// This phase has no more rows.
-			if ph.table != fromRecent || !ph.more {
 				return keys, nil
 			}
-			ph = phase{table: fromEvents, before: ph.after}
 		}
+		if len(res) < chunk {
+			return keys, nil
+		}
+		last := keys[len(keys)-1]
+		cur = &pageToken{TimeUS: last.tus, UID: last.uid, TenantType: last.tt, TenantName: last.tn}
 	}
 }
 
-// Tables a listing reads.
-const (
-	fromEvents = iota
-	fromRecent
-)
-
-// phase is the part of a listing read from one table: with after, the
-// event times at or after it (recent); with before, those before it.
-type phase struct {
-	table         int
-	after, before int64 // microseconds; 0 is no bound
-	// more: events holds matching rows before after.
-	more bool
-}
-
-// firstPhase chooses where a listing continues: events_recent for newest
-// first at or after now - recentSpan, unless the filter names the regarding
-// object (the events table's key finds its rows directly).
-func (s *Store) firstPhase(q query.List, cur *pageToken, now time.Time) phase {
+// indexed reports whether a listing reads its keys from analytics_events:
+// newest first, unless the filter names the regarding object (the events
+// table's key finds its rows directly).
+func (s *Store) indexed(q query.List) bool {
 	f := q.Filter
-	if q.OldestFirst || s.noRecent || s.eventsTable != "events" || len(f.Regarding.Name.In) > 0 || len(f.Regarding.UID.In) > 0 {
-		return phase{table: fromEvents}
-	}
-	horizon := ceilMicros(now.Add(-recentSpan))
-	if (cur != nil && cur.TimeUS < horizon) || (!f.Until.IsZero() && ceilMicros(f.Until) <= horizon) {
-		return phase{table: fromEvents}
-	}
-	return phase{table: fromRecent, after: horizon, more: f.Since.IsZero() || ceilMicros(f.Since) < horizon}
+	return !q.OldestFirst && !s.eventsOnly && s.eventsTable == "events" &&
+		len(f.Regarding.Name.In) == 0 && len(f.Regarding.UID.In) == 0
 }
 
-// querySQL renders one chunk of a listing: the versions <= rv matching q,
-// in order, after the cursor, at most limit rows, from ph's table.
-func (s *Store) querySQL(q query.List, rv uint64, cur *pageToken, limit int, ph phase) (string, map[string]string) {
+// querySQL renders one chunk of a listing from the events table: the
+// versions <= rv matching q, in order, after the cursor, at most limit rows.
+func (s *Store) querySQL(q query.List, rv uint64, cur *pageToken, limit int) (string, map[string]string) {
 	p := newParams()
 	var w where
 	w.add("seq <= " + p.u64(rv))
 	w.add(scopeSQL(p, q.Scope))
 	filterSQL(p, &w, q.Filter) // validated by the caller
-	dir, cmp := "DESC", "<"
+	dir := "DESC"
 	if q.OldestFirst {
-		dir, cmp = "ASC", ">"
+		dir = "ASC"
 	}
-	if cur != nil {
-		t := p.micros(cur.TimeUS)
-		// The plain bound prunes by the primary key; the tuple is the
-		// exact keyset position.
-		w.add("event_time " + cmp + "= " + t)
-		w.add("(event_time, uid, toString(tenant_type), toString(tenant_name)) " + cmp + " (" +
-			t + ", " + p.str(cur.UID) + ", " + p.str(cur.TenantType) + ", " + p.str(cur.TenantName) + ")")
-	}
-	table, order := s.events(), ""
-	if ph.before != 0 {
-		w.add("event_time < " + p.micros(ph.before))
-	}
-	if ph.table == fromRecent {
-		// The hour leads the order as it leads the key, so the engine
-		// reads hours in order and stops at the limit; the bound on the
-		// hour prunes by the key (it is not derived from event_time's).
-		table, order = s.recent(), "toStartOfHour(event_time) "+dir+", "
-		a := p.micros(ph.after)
-		w.add("event_time >= " + a + " AND toStartOfHour(event_time) >= toStartOfHour(" + a + ")")
-	}
-	return "SELECT " + resultColumns + " FROM " + table +
+	cursorSQL(p, &w, cur, q.OldestFirst, false)
+	return "SELECT " + resultColumns + " FROM " + s.events() +
 		" WHERE " + w.String() +
-		" ORDER BY " + order + "event_time " + dir + ", uid " + dir + ", tenant_type " + dir + ", tenant_name " + dir + ", seq DESC" +
+		" ORDER BY event_time " + dir + ", uid " + dir + ", tenant_type " + dir + ", tenant_name " + dir + ", seq DESC" +
 		" LIMIT " + p.u64(uint64(limit)) + s.selectSettings, p.m
 }
 
-// recent is the quoted events_recent table.
-func (s *Store) recent() string { return s.ddl.table("events_recent") }
+// cursorSQL adds the keyset position after cur; hour also bounds the hour
+// (analytics_events' key starts with it, and the engine does not derive
+// that bound from event_time's).
+func cursorSQL(p *paramSet, w *where, cur *pageToken, asc, hour bool) {
+	if cur == nil {
+		return
+	}
+	cmp := "<"
+	if asc {
+		cmp = ">"
+	}
+	t := p.micros(cur.TimeUS)
+	// The plain bound prunes by the primary key; the tuple is the exact
+	// keyset position.
+	w.add("event_time " + cmp + "= " + t)
+	if hour {
+		w.add("toStartOfHour(event_time) " + cmp + "= toStartOfHour(" + t + ")")
+	}
+	w.add("(event_time, uid, toString(tenant_type), toString(tenant_name)) " + cmp + " (" +
+		t + ", " + p.str(cur.UID) + ", " + p.str(cur.TenantType) + ", " + p.str(cur.TenantName) + ")")
+}
+
+// candidate is a key read from analytics_events, with the regarding object
+// that leads the events table's key.
+type candidate struct {
+	tus            int64
+	uid, tt, tn    string
+	kind, ns, name string
+}
+
+// listIndexed lists newest first in two steps per chunk. analytics_events
+// (migration 2, filled with every insert for analytics) holds every event
+// once, with the filter columns, in a key that starts with the hour and the
+// tenant: read in order, the newest hours first, it yields the next
+// candidate keys of the listing without reading raw events, and stops at
+// the chunk. Then the events table gives each candidate's latest version
+// <= rv, found by its key prefix (tenant and regarding object) and uid,
+// with the filter applied again to that version. A candidate with no such
+// version (stored after rv) is skipped, and the listing goes on after the
+// chunk's last candidate. So the write path pays nothing for newest-first
+// listings: analytics_events is written anyway.
+func (s *Store) listIndexed(ctx context.Context, q query.List, rv uint64, cur *pageToken, want int) ([]result, error) {
+	chunk := want + want/8 + 8
+	var keys []result
+	for {
+		cands, rows, err := s.candidates(ctx, q, cur, chunk)
+		if err != nil {
+			return nil, err
+		}
+		if len(cands) > 0 {
+			sql, params := versionsSQL(s, q, rv, cands)
+			res, err := s.read(ctx, sql, params)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range res {
+				if n := len(keys); n > 0 && sameKey(keys[n-1], r) {
+					continue
+				}
+				keys = append(keys, r)
+				if len(keys) == want {
+					return keys, nil
+				}
+			}
+		}
+		if rows < chunk {
+			return keys, nil
+		}
+		last := cands[len(cands)-1]
+		cur = &pageToken{TimeUS: last.tus, UID: last.uid, TenantType: last.tt, TenantName: last.tn}
+	}
+}
+
+// candidates reads the next distinct keys of a newest-first listing from
+// analytics_events, from at most limit rows (rows): copies of one key not
+// yet merged are adjacent and count once.
+func (s *Store) candidates(ctx context.Context, q query.List, cur *pageToken, limit int) (out []candidate, rows int, err error) {
+	p := newParams()
+	var w where
+	w.add(scopeSQL(p, q.Scope))
+	filterSQL(p, &w, q.Filter)
+	// The window bounds the hour too (toStartOfHour returns a DateTime:
+	// only within its range).
+	if t := q.Filter.Since; !t.IsZero() && inDateTimeRange(t) {
+		w.add("toStartOfHour(event_time) >= toStartOfHour(" + p.micros(ceilMicros(t)) + ")")
+	}
+	if t := q.Filter.Until; !t.IsZero() && inDateTimeRange(t) {
+		w.add("toStartOfHour(event_time) <= toStartOfHour(" + p.micros(ceilMicros(t)) + ")")
+	}
+	cursorSQL(p, &w, cur, false, true)
+	// The hour leads the order as it leads the key, so the engine reads
+	// hours in order and stops at the limit.
+	sql := "SELECT toInt64(toUnixTimestamp64Micro(event_time)), uid, toString(tenant_type), toString(tenant_name), " +
+		"toString(regarding_kind), toString(regarding_namespace), regarding_name FROM " + s.analyticsEvents() +
+		" WHERE " + w.String() +
+		" ORDER BY toStartOfHour(event_time) DESC, event_time DESC, uid DESC, tenant_type DESC, tenant_name DESC" +
+		" LIMIT " + p.u64(uint64(limit)) + s.selectSettings
+	rs, err := s.t.query(ctx, sql, p.m)
+	if err != nil {
+		return nil, 0, fmt.Errorf("newest-first keys: %w", err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		rows++
+		var c candidate
+		if err := rs.Scan(&c.tus, &c.uid, &c.tt, &c.tn, &c.kind, &c.ns, &c.name); err != nil {
+			return nil, 0, fmt.Errorf("newest-first keys: %w", err)
+		}
+		if n := len(out); n > 0 && out[n-1].tus == c.tus && out[n-1].uid == c.uid && out[n-1].tt == c.tt && out[n-1].tn == c.tn {
+			continue
+		}
+		out = append(out, c)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, 0, fmt.Errorf("newest-first keys: %w", err)
+	}
+	return out, rows, nil
+}
+
+// inDateTimeRange: t is within the range of ClickHouse's DateTime, with a
+// day to spare.
+func inDateTimeRange(t time.Time) bool {
+	return t.After(time.Unix(86400, 0)) && t.Before(time.Date(2106, 1, 1, 0, 0, 0, 0, time.UTC))
+}
+
+// versionsSQL reads the versions <= rv of the candidates that match q, in
+// the listing's order: the events table's key prefix (tenant and regarding
+// object) finds their granules, the uid bloom filter narrows them.
+func versionsSQL(s *Store, q query.List, rv uint64, cands []candidate) (string, map[string]string) {
+	p := newParams()
+	var w where
+	w.add("seq <= " + p.u64(rv))
+	w.add(scopeSQL(p, q.Scope))
+	filterSQL(p, &w, q.Filter)
+	objs := make(map[[5]string]bool, len(cands))
+	var tuples, uids []string
+	lo, hi := cands[0].tus, cands[0].tus
+	for _, c := range cands {
+		k := [5]string{c.tt, c.tn, c.kind, c.ns, c.name}
+		if !objs[k] {
+			objs[k] = true
+			tuples = append(tuples, "("+p.str(c.tt)+", "+p.str(c.tn)+", "+p.str(c.kind)+", "+p.str(c.ns)+", "+p.str(c.name)+")")
+		}
+		uids = append(uids, p.str(c.uid))
+		lo, hi = min(lo, c.tus), max(hi, c.tus)
+	}
+	w.add("(tenant_type, tenant_name, regarding_kind, regarding_namespace, regarding_name) IN (" + strings.Join(tuples, ", ") + ")")
+	w.add("uid IN (" + strings.Join(uids, ", ") + ")")
+	w.add("event_time BETWEEN " + p.micros(lo) + " AND " + p.micros(hi))
+	return "SELECT " + resultColumns + " FROM " + s.events() +
+		" WHERE " + w.String() +
+		" ORDER BY event_time DESC, uid DESC, tenant_type DESC, tenant_name DESC, seq DESC" + s.selectSettings, p.m
+}
 
 // Get returns the latest stored version of one event within scope, by uid
 // and/or namespace and name. An event outside scope is query.ErrNotFound.

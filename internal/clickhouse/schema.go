@@ -171,6 +171,7 @@ var migrations = []migration{
 	{2, "analytics: series minutes, analytics_events, event_minutes", analyticsMigration},
 	{3, "events_recent: the last days in time order", recentMigration},
 	{4, "analytics: metadata for metadata.<key> dimensions", analyticsDimensionsMigration},
+	{5, "drop events_recent: newest first reads analytics_events", dropRecentMigration},
 }
 
 // latestMigration is the schema version this build writes.

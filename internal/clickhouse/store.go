@@ -66,9 +66,9 @@ type Store struct {
 	eventsTable string
 	// selectSettings ends every ORDER BY … LIMIT query (see Open).
 	selectSettings string
-	// noRecent makes listings read the events table only (benchmarks
-	// compare it with events_recent).
-	noRecent bool
+	// eventsOnly makes listings read the events table only (benchmarks
+	// and tests compare it with the analytics_events index).
+	eventsOnly bool
 }
 
 // events is the quoted events table.

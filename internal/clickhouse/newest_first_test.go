@@ -13,17 +13,18 @@ import (
 	"github.com/eventgate/eventgate/internal/query"
 )
 
-// TestNewestFirstAcrossRecentHorizon lists, newest first, events on both
-// sides of the horizon where listings switch from events_recent to events
-// (now - recentSpan), with versions and filters, page by page, and checks
-// that every listing equals the one read from the events table alone.
-func TestNewestFirstAcrossRecentHorizon(t *testing.T) {
+// TestNewestFirstFromIndexMatchesEventsTable lists, newest first, events
+// spread over 35 days, with second versions, in two tenants and with
+// filters, page by page, and checks that every listing whose keys come from
+// analytics_events equals the one read from the events table alone, also as
+// of resourceVersions before some events and versions were stored.
+func TestNewestFirstFromIndexMatchesEventsTable(t *testing.T) {
 	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
 		cfg := DefaultConfig()
 		cfg.Database = "" // the test's own
 		s := open(cfg)
 		old := open(cfg) // same database, events table only
-		old.noRecent = true
+		old.eventsOnly = true
 		now := time.Now()
 		hours := []float64{0.2, 1, 10, 47.9, 48, 48.1, 49, 60, 72.5, 80, 240, 24 * 35}
 		var evs []*eventgatev1.Event
@@ -42,15 +43,18 @@ func TestNewestFirstAcrossRecentHorizon(t *testing.T) {
 				evs = append(evs, ev)
 			}
 		}
-		rv := insert(t, s, 1, evs...)
-		// Second versions of two events, one on each side of the horizon.
+		half := len(evs) / 2
+		rvHalf := insert(t, s, 1, evs[:half]...)
+		rv := insert(t, s, rvHalf+1, evs[half:]...)
+		rvFirst := rv
+		// Second versions of two events, one new and one 40 days old.
 		for _, i := range []int{1, len(evs) - 4} {
 			v2 := cloneEvent(evs[i])
 			v2.Note = "second version"
 			rv = insert(t, s, rv+1, v2)
 		}
-		if ph := s.firstPhase(query.List{Scope: all}, nil, now); ph.table != fromRecent || !ph.more {
-			t.Fatalf("newest first of every tenant starts at %+v, want events_recent then events", ph)
+		if !s.indexed(query.List{Scope: all}) || s.indexed(query.List{Scope: all, OldestFirst: true}) {
+			t.Fatal("newest first of every tenant must read its keys from analytics_events, oldest first must not")
 		}
 		filters := map[string]query.Filter{
 			"all":         {},
@@ -63,14 +67,19 @@ func TestNewestFirstAcrossRecentHorizon(t *testing.T) {
 			"window 2-3d": {Since: now.Add(-72 * time.Hour), Until: now.Add(-47 * time.Hour), Type: set("Warning")},
 		}
 		for name, f := range filters {
-			for _, size := range []int{1, 100} {
-				got := listUIDs(t, s, query.List{Scope: all, Filter: f, PageSize: size}, rv)
-				want := listUIDs(t, old, query.List{Scope: all, Filter: f, PageSize: size}, rv)
-				if !slices.Equal(got, want) {
-					t.Errorf("%s, pages of %d: got\n%v\nwant (events table)\n%v", name, size, got, want)
-				}
-				if name == "all" && len(got) != len(evs) {
-					t.Errorf("all: %d events listed, want %d: %v", len(got), len(evs), got)
+			for _, at := range []uint64{rv, rvFirst, rvHalf} {
+				for _, size := range []int{1, 100} {
+					got := listUIDs(t, s, query.List{Scope: all, Filter: f, PageSize: size}, at)
+					want := listUIDs(t, old, query.List{Scope: all, Filter: f, PageSize: size}, at)
+					if !slices.Equal(got, want) {
+						t.Errorf("%s at rv %d, pages of %d: got\n%v\nwant (events table)\n%v", name, at, size, got, want)
+					}
+					if name == "all" && at == rv && len(got) != len(evs) {
+						t.Errorf("all: %d events listed, want %d: %v", len(got), len(evs), got)
+					}
+					if name == "all" && at == rvHalf && len(got) != half {
+						t.Errorf("all at rv %d: %d events listed, want %d", at, len(got), half)
+					}
 				}
 			}
 		}
