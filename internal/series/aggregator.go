@@ -220,6 +220,7 @@ type entry struct {
 	key       string
 	uid       string
 	ev        *eventgatev1.Event // first occurrence, series cleared; never modified
+	enc       []byte             // ev encoded, once (checkpoints write it every time)
 	note      string             // latest occurrence's note
 	count     int32
 	last      int64    // log time of the latest occurrence
@@ -417,7 +418,7 @@ func (a *Aggregator) firstOccurrence(s single) (*eventgatev1.Event, error) {
 // position pos, to the indexes (its timer is set by its first write).
 func (a *Aggregator) track(key string, first *eventgatev1.Event, pos uint64) *entry {
 	e := &entry{key: key, uid: first.GetUid(), ev: first, note: first.GetNote(), pos: pos, idx: -1}
-	e.bytes = int64(entryBytes + 2*len(key) + 3*proto.Size(first))
+	e.bytes = int64(entryBytes + 2*len(key) + 4*proto.Size(first))
 	a.entries[key] = e
 	a.series.pushBack(e)
 	a.seriesBytes += e.bytes
@@ -629,12 +630,15 @@ func (a *Aggregator) write(e *entry, r Reason, t int64) Write {
 }
 
 // encode appends the encoding of e's first occurrence to b.
-func (e *entry) encode(b []byte) ([]byte, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, e.ev)
-	if err != nil {
-		return nil, fmt.Errorf("series: encode event %s: %w", e.uid, err)
+func (e *entry) encode() ([]byte, error) {
+	if e.enc == nil {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(e.ev)
+		if err != nil {
+			return nil, fmt.Errorf("series: encode event %s: %w", e.uid, err)
+		}
+		e.enc = b
 	}
-	return b, nil
+	return e.enc, nil
 }
 
 // reschedule sets e's timer to its due time, adding it to the heap if new.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -77,15 +78,17 @@ func (a *Aggregator) Snapshot() ([]byte, error) {
 		b = protowire.AppendTag(b, snapSingles, protowire.BytesType)
 		b = protowire.AppendBytes(b, recs)
 	}
-	return appendEntries(b, a.series.head)
+	return appendEntries(b, a.series.head, a.seriesBytes)
 }
 
-// appendEntries appends series e and those after it as snapshot entries.
-func appendEntries(b []byte, e *entry) ([]byte, error) {
-	var ev, eb []byte
+// appendEntries appends series e and those after it as snapshot entries;
+// size, their estimated memory, bounds what they take encoded.
+func appendEntries(b []byte, e *entry, size int64) ([]byte, error) {
+	b = slices.Grow(b, int(size/2))
+	var eb []byte
 	for ; e != nil; e = e.next {
-		var err error
-		if ev, err = e.encode(ev[:0]); err != nil {
+		ev, err := e.encode()
+		if err != nil {
 			return nil, err
 		}
 		eb = appendEntry(eb[:0], e, ev)
