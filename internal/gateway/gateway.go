@@ -74,9 +74,11 @@ type Gateway struct {
 	registry *prometheus.Registry
 
 	ns  *server.Server // embedded NATS, nil with an external one
-	nc  *nats.Conn
+	nc  *nats.Conn     // control: streams, KV, intake ownership, decisions
 	js  jetstream.JetStream
 	hub *watch.Hub
+	// paths are the data paths' own connections (natsPaths).
+	paths natsPaths
 
 	store  *clickhouse.Store
 	ingest *ingest.Consumer
@@ -144,7 +146,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		WatchBuffer: cfg.WatchBuffer,
 		Intake:      in,
 		Limits:      lim,
-	}, ejs.NewPublisher(g.js, cfg.NATS.Stream), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))
+	}, ejs.NewPublisher(g.paths.emit.js, cfg.NATS.Stream), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))
 	analytics := service.NewAnalytics(g.store, g.ingest, log).WithTenantLimits(lim)
 	if err := g.newServers(analytics); err != nil {
 		return nil, err
@@ -192,12 +194,15 @@ func (g *Gateway) startLog(ctx context.Context) error {
 	if g.js, err = ejs.NewJetStream(g.nc); err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if _, err := ejs.EnsureStream(sctx, g.js, cfg.NATS); err != nil {
+	if err := g.paths.connect(cfg.NATS, g.ns); err != nil {
 		return err
 	}
-	g.hub, err = watch.Start(sctx, g.js, cfg.NATS.Stream, log, watch.NewMetrics(g.registry))
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := ejs.EnsureStream(sctx, g.js, eventsStreamConfig(cfg)); err != nil {
+		return err
+	}
+	g.hub, err = watch.Start(sctx, g.paths.watch.js, cfg.NATS.Stream, log, watch.NewMetrics(g.registry))
 	return err
 }
 
@@ -238,8 +243,21 @@ func (g *Gateway) startStore(ctx context.Context) error {
 			icfg.AdoptFrom = ingest.DefaultConsumer
 		}
 	}
-	g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.js, cfg.NATS.Stream, w, icfg, g.log, g.registry)
+	g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.paths.ingest.js, cfg.NATS.Stream, w, icfg, g.log, g.registry)
 	return err
+}
+
+// eventsStreamConfig is the events stream's configuration. With the
+// intake, callers' ids are deduplicated by the intake stream, and the events
+// stream only has to remember the owners' write ids across a takeover: a
+// window of --stream-duplicates there would keep every write's id (about
+// 100 bytes of the server's heap each) for 2 minutes.
+func eventsStreamConfig(cfg config.Config) ejs.Config {
+	c := cfg.NATS
+	if cfg.Series {
+		c.Duplicates = min(c.Duplicates, cfg.Intake.ReplayWindow()+15*time.Second)
+	}
+	return c
 }
 
 // startIntake starts the server-side series intake, when configured; nil
@@ -251,8 +269,11 @@ func (g *Gateway) startIntake(ctx context.Context) (service.Intake, error) {
 	icfg := g.cfg.Intake
 	icfg.EventsStream = g.cfg.NATS.Stream
 	icfg.Replicas = g.cfg.NATS.Replicas
+	// Callers' ids are deduplicated here, within --stream-duplicates.
+	icfg.Duplicates = max(icfg.Duplicates, g.cfg.NATS.Duplicates)
 	var err error
-	if g.intake, err = intake.Start(ctx, g.nc, g.js, icfg, g.log, g.registry); err != nil {
+	if g.intake, err = intake.Start(ctx, g.nc, g.js, icfg, g.log, g.registry,
+		intake.CallVia(g.paths.emit.js), intake.WriteVia(g.paths.write.js, g.cfg.NATS.Stream)); err != nil {
 		return nil, err
 	}
 	return g.intake, nil
@@ -511,6 +532,7 @@ func (g *Gateway) Close() {
 		if g.proxy != nil {
 			_ = g.proxy.Close()
 		}
+		g.paths.close()
 		if g.nc != nil {
 			_ = g.nc.Drain()
 			waitClosed(g.nc, 5*time.Second)

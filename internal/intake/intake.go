@@ -98,13 +98,15 @@ func (s Stats) TotalWrites() uint64 {
 // partition of the log in the one replica that owns it. See the package
 // documentation.
 type Intake struct {
-	cfg   Config
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	pub   *ejs.Publisher // the events stream's
-	log   *slog.Logger
-	m     *metrics
-	store *store
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	// callJS publishes Start's entries (js unless StartOptions say).
+	callJS jetstream.JetStream
+	pub    *ejs.Publisher // the events stream's
+	log    *slog.Logger
+	m      *metrics
+	store  *store
 	// batchBytes bounds a batched entry's data: maxBatchBytes, or half the
 	// connection's maximum payload if that is less.
 	batchBytes int
@@ -144,13 +146,27 @@ type Intake struct {
 // Start ensures the intake stream, the partitions' consumers and the
 // checkpoint bucket, and starts competing for every partition. The events
 // stream must exist. reg may be nil.
-func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Intake, error) {
-	return start(ctx, nc, js, cfg, log, reg, 0)
+// Everything goes over nc and js unless opts name other connections.
+func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, log *slog.Logger, reg prometheus.Registerer, opts ...StartOption) (*Intake, error) {
+	return start(ctx, nc, js, cfg, log, reg, 0, opts...)
+}
+
+// StartOption chooses a connection for one of the intake's data paths.
+type StartOption func(*Intake)
+
+// CallVia publishes the entries of Start (the emit path) through js, so
+// that they do not wait behind the owners' traffic on one connection.
+func CallVia(js jetstream.JetStream) StartOption { return func(in *Intake) { in.callJS = js } }
+
+// WriteVia publishes the owners' writes to the events stream through js,
+// so that their acknowledgements do not wait behind the owners' fetches.
+func WriteVia(js jetstream.JetStream, stream string) StartOption {
+	return func(in *Intake) { in.pub = ejs.NewPublisher(js, stream) }
 }
 
 // start is Start with the checkpoint chunk size forced (tests), or derived
 // from the connection's maximum payload when 0.
-func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, log *slog.Logger, reg prometheus.Registerer, chunk int) (*Intake, error) {
+func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, log *slog.Logger, reg prometheus.Registerer, chunk int, opts ...StartOption) (*Intake, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -178,7 +194,7 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if err != nil {
 		return nil, fmt.Errorf("events stream %s: %w", cfg.EventsStream, err)
 	}
-	if need := cfg.CheckpointInterval + 3*cfg.PinnedTTL + 10*time.Second; es.CachedInfo().Config.Duplicates < need {
+	if need := cfg.ReplayWindow(); es.CachedInfo().Config.Duplicates < need {
 		log.Warn("the events stream's duplicate window is shorter than a checkpoint interval plus a takeover: writes replayed after a takeover may be stored twice",
 			"stream", cfg.EventsStream, "duplicates", es.CachedInfo().Config.Duplicates, "want", need)
 	}
@@ -200,6 +216,7 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		cfg:        cfg,
 		nc:         nc,
 		js:         js,
+		callJS:     js,
 		pub:        ejs.NewPublisher(js, cfg.EventsStream),
 		log:        log,
 		m:          newMetrics(reg),
@@ -212,6 +229,9 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		stopped:    make(chan struct{}),
 		waitMax:    min(time.Second, cfg.PinnedTTL/4),
 		members:    newMembers(cfg.Stream, min(time.Second, cfg.PinnedTTL/4)),
+	}
+	for _, o := range opts {
+		o(in)
 	}
 	if err := in.store.checkMeta(ctx, cfg.Partitions); err != nil {
 		return nil, err
@@ -508,7 +528,7 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 			e.m.Header.Set(HeaderBatch, formatIndexes(e.idxs))
 		}
 		var err error
-		if futs[k], err = in.js.PublishMsgAsync(e.m, jetstream.WithExpectStream(in.cfg.Stream)); err != nil {
+		if futs[k], err = in.callJS.PublishMsgAsync(e.m, jetstream.WithExpectStream(in.cfg.Stream)); err != nil {
 			forget()
 			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, e.idxs[0], err)
 		}
