@@ -80,6 +80,14 @@ func DefaultConfig() Config {
 }
 
 // withDefaults fills every zero field from DefaultConfig.
+// ReplayWindow is how long the events stream must remember a write's id so
+// that the writes a new owner replays after a takeover are stored once: a
+// checkpoint interval plus a takeover.
+func (c Config) ReplayWindow() time.Duration {
+	c = c.withDefaults()
+	return c.CheckpointInterval + 3*c.PinnedTTL + 10*time.Second
+}
+
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	if c.Stream == "" {
