@@ -95,13 +95,53 @@ func sameKey(a, b result) bool {
 // Newest first, unless the filter names the regarding object, the keys
 // come from analytics_events, which is in time order (listIndexed).
 func (s *Store) listKeys(ctx context.Context, q query.List, rv uint64, cur *pageToken, want int) ([]result, error) {
-	if s.indexed(q) {
-		return s.listIndexed(ctx, q, rv, cur, want)
+	if !s.indexed(q) {
+		return s.listEvents(ctx, q, rv, cur, want, "")
 	}
+	// The events table answers a small scope best (a small tenant's rows
+	// are one short range of its key), analytics_events a large one. The
+	// engine knows which from its index before it reads anything: the
+	// events table is asked to refuse a read of more than probeRows rows.
+	if probe := s.probeRows; probe > 0 {
+		if l, ok := query.ReadLimitsFrom(ctx); ok && l.MaxRowsToRead > 0 {
+			probe = min(probe, l.MaxRowsToRead)
+		}
+		keys, err := s.listEvents(ctx, q, rv, cur, want, ", max_rows_to_read = "+strconv.FormatInt(probe, 10)+", read_overflow_mode = 'throw'")
+		if err == nil || !tooManyRows(err) {
+			return keys, err
+		}
+	}
+	return s.listIndexed(ctx, q, rv, cur, want)
+}
+
+// probeRows (the default of Store.probeRows): a newest-first listing whose
+// rows in the events table are more than this reads its keys from
+// analytics_events. Reading this many
+// takes the events table about what the two steps of listIndexed take
+// (measured on the 1M-event dashboard store: a 14 ms small tenant vs 52 ms
+// through the index; 500k rows 43 ms).
+const probeRows = 256 << 10
+
+// tooManyRows: err is the engine refusing a read over max_rows_to_read.
+func tooManyRows(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "TOO_MANY_ROWS") || strings.Contains(msg, "max_rows_to_read")
+}
+
+// listEvents is listKeys from the events table; settings are added to
+// its SETTINGS clause.
+func (s *Store) listEvents(ctx context.Context, q query.List, rv uint64, cur *pageToken, want int, settings string) ([]result, error) {
 	chunk := want + want/8 + 8
 	var keys []result
 	for {
 		sql, params := s.querySQL(q, rv, cur, chunk)
+		if settings != "" {
+			if s.selectSettings == "" {
+				sql += " SETTINGS " + strings.TrimPrefix(settings, ", ")
+			} else {
+				sql += settings
+			}
+		}
 		res, err := s.read(ctx, sql, params)
 		if err != nil {
 			return nil, err
@@ -247,7 +287,7 @@ func (s *Store) candidates(ctx context.Context, q query.List, cur *pageToken, li
 		"toString(regarding_kind), toString(regarding_namespace), regarding_name FROM " + s.analyticsEvents() +
 		" WHERE " + w.String() +
 		" ORDER BY toStartOfHour(event_time) DESC, event_time DESC, uid DESC, tenant_type DESC, tenant_name DESC" +
-		" LIMIT " + p.u64(uint64(limit)) + s.selectSettings
+		" LIMIT " + p.u64(uint64(limit)) + s.inOrder()
 	rs, err := s.t.query(ctx, sql, p.m)
 	if err != nil {
 		return nil, 0, fmt.Errorf("newest-first keys: %w", err)
@@ -274,6 +314,17 @@ func (s *Store) candidates(ctx context.Context, q query.List, cur *pageToken, li
 // day to spare.
 func inDateTimeRange(t time.Time) bool {
 	return t.After(time.Unix(86400, 0)) && t.Before(time.Date(2106, 1, 1, 0, 0, 0, 0, time.UTC))
+}
+
+// inOrder is the SETTINGS clause of a read in key order.
+func (s *Store) inOrder() string {
+	switch {
+	case s.inOrderSettings == "":
+		return s.selectSettings
+	case s.selectSettings == "":
+		return " SETTINGS" + s.inOrderSettings
+	}
+	return s.selectSettings + "," + s.inOrderSettings
 }
 
 // versionsSQL reads the versions <= rv of the candidates that match q, in

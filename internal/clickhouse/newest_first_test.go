@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -17,14 +18,21 @@ import (
 // spread over 35 days, with second versions, in two tenants and with
 // filters, page by page, and checks that every listing whose keys come from
 // analytics_events equals the one read from the events table alone, also as
-// of resourceVersions before some events and versions were stored.
+// of resourceVersions before some events and versions were stored: with the
+// keys always from the index, with the size probe refusing the events
+// table (5 rows) and so falling back to the index, and with the default
+// probe (this store is small: the events table).
 func TestNewestFirstFromIndexMatchesEventsTable(t *testing.T) {
 	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
 		cfg := DefaultConfig()
 		cfg.Database = "" // the test's own
 		s := open(cfg)
+		s.probeRows = 0  // keys from the index
 		old := open(cfg) // same database, events table only
 		old.eventsOnly = true
+		probed := open(cfg)
+		probed.probeRows = 5
+		auto := open(cfg)
 		now := time.Now()
 		hours := []float64{0.2, 1, 10, 47.9, 48, 48.1, 49, 60, 72.5, 80, 240, 24 * 35}
 		var evs []*eventgatev1.Event
@@ -53,6 +61,10 @@ func TestNewestFirstFromIndexMatchesEventsTable(t *testing.T) {
 			v2.Note = "second version"
 			rv = insert(t, s, rv+1, v2)
 		}
+		if _, err := probed.listEvents(context.Background(), query.List{Scope: all, PageSize: 10}, rv, nil, 10,
+			", max_rows_to_read = 5, read_overflow_mode = 'throw'"); err == nil || !tooManyRows(err) {
+			t.Fatalf("a read of the events table over max_rows_to_read: %v, want the engine's refusal", err)
+		}
 		if !s.indexed(query.List{Scope: all}) || s.indexed(query.List{Scope: all, OldestFirst: true}) {
 			t.Fatal("newest first of every tenant must read its keys from analytics_events, oldest first must not")
 		}
@@ -73,6 +85,11 @@ func TestNewestFirstFromIndexMatchesEventsTable(t *testing.T) {
 					want := listUIDs(t, old, query.List{Scope: all, Filter: f, PageSize: size}, at)
 					if !slices.Equal(got, want) {
 						t.Errorf("%s at rv %d, pages of %d: got\n%v\nwant (events table)\n%v", name, at, size, got, want)
+					}
+					for pname, st := range map[string]*Store{"refused by the probe": probed, "default probe": auto} {
+						if g := listUIDs(t, st, query.List{Scope: all, Filter: f, PageSize: size}, at); !slices.Equal(g, want) {
+							t.Errorf("%s at rv %d, pages of %d, %s: got\n%v\nwant (events table)\n%v", name, at, size, pname, g, want)
+						}
 					}
 					if name == "all" && at == rv && len(got) != len(evs) {
 						t.Errorf("all: %d events listed, want %d: %v", len(got), len(evs), got)

@@ -66,9 +66,15 @@ type Store struct {
 	eventsTable string
 	// selectSettings ends every ORDER BY … LIMIT query (see Open).
 	selectSettings string
+	// inOrderSettings are more settings for a read in key order (see
+	// Open), without SETTINGS.
+	inOrderSettings string
 	// eventsOnly makes listings read the events table only (benchmarks
 	// and tests compare it with the analytics_events index).
 	eventsOnly bool
+	// probeRows: see list.go; 0 makes every newest-first listing that
+	// may read analytics_events read it (tests).
+	probeRows int64
 }
 
 // events is the quoted events table.
@@ -126,7 +132,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger, t transport) (*Stor
 		t.close()
 		return nil, err
 	}
-	s := &Store{cfg: cfg, log: log, t: t, ttls: ttls, db: quoteIdent(cfg.Database), eventsTable: "events"}
+	s := &Store{cfg: cfg, log: log, t: t, ttls: ttls, db: quoteIdent(cfg.Database), eventsTable: "events", probeRows: probeRows}
 	s.ddl = ddl{db: s.db}
 	if cfg.Cluster != "" {
 		s.ddl.cluster = quoteIdent(cfg.Cluster)
@@ -149,6 +155,16 @@ func open(ctx context.Context, cfg Config, log *slog.Logger, t transport) (*Stor
 		return nil, fmt.Errorf("clickhouse: read settings: %w", err)
 	} else if ok {
 		s.selectSettings = " SETTINGS use_top_k_dynamic_filtering = 0"
+	}
+	// Reading in key order with a WHERE, the engine buffers chunks ahead
+	// of the merge (read_in_order_use_buffering): for a newest-first page
+	// of analytics_events it read 4x what the LIMIT needs (72 -> 16 ms on
+	// the 1M-event dashboard store with it off).
+	if ok, err := s.hasSetting(ctx, "read_in_order_use_buffering"); err != nil {
+		t.close()
+		return nil, fmt.Errorf("clickhouse: read settings: %w", err)
+	} else if ok {
+		s.inOrderSettings = " read_in_order_use_buffering = 0"
 	}
 	log.Info("clickhouse store open", "transport", t.kind(), "database", cfg.Database, "schema_version", latestMigration)
 	return s, nil
