@@ -213,12 +213,10 @@ func cursorSQL(p *paramSet, w *where, cur *pageToken, asc, hour bool) {
 		t + ", " + p.str(cur.UID) + ", " + p.str(cur.TenantType) + ", " + p.str(cur.TenantName) + ")")
 }
 
-// candidate is a key read from analytics_events, with the regarding object
-// that leads the events table's key.
+// candidate is a key read from analytics_events.
 type candidate struct {
-	tus            int64
-	uid, tt, tn    string
-	kind, ns, name string
+	tus         int64
+	uid, tt, tn string
 }
 
 // listIndexed lists newest first in two steps per chunk. analytics_events
@@ -227,8 +225,7 @@ type candidate struct {
 // tenant: read in order, the newest hours first, it yields the next
 // candidate keys of the listing without reading raw events, and stops at
 // the chunk. Then the events table gives each candidate's latest version
-// <= rv, found by its key prefix (tenant and regarding object) and uid,
-// with the filter applied again to that version. A candidate with no such
+// <= rv, found by its uid, with the filter applied again to that version. A candidate with no such
 // version (stored after rv) is skipped, and the listing goes on after the
 // chunk's last candidate. So the write path pays nothing for newest-first
 // listings: analytics_events is written anyway.
@@ -283,8 +280,7 @@ func (s *Store) candidates(ctx context.Context, q query.List, cur *pageToken, li
 	cursorSQL(p, &w, cur, false, true)
 	// The hour leads the order as it leads the key, so the engine reads
 	// hours in order and stops at the limit.
-	sql := "SELECT toInt64(toUnixTimestamp64Micro(event_time)), uid, toString(tenant_type), toString(tenant_name), " +
-		"toString(regarding_kind), toString(regarding_namespace), regarding_name FROM " + s.analyticsEvents() +
+	sql := "SELECT toInt64(toUnixTimestamp64Micro(event_time)), uid, toString(tenant_type), toString(tenant_name) FROM " + s.analyticsEvents() +
 		" WHERE " + w.String() +
 		" ORDER BY toStartOfHour(event_time) DESC, event_time DESC, uid DESC, tenant_type DESC, tenant_name DESC" +
 		" LIMIT " + p.u64(uint64(limit)) + s.inOrder()
@@ -296,7 +292,7 @@ func (s *Store) candidates(ctx context.Context, q query.List, cur *pageToken, li
 	for rs.Next() {
 		rows++
 		var c candidate
-		if err := rs.Scan(&c.tus, &c.uid, &c.tt, &c.tn, &c.kind, &c.ns, &c.name); err != nil {
+		if err := rs.Scan(&c.tus, &c.uid, &c.tt, &c.tn); err != nil {
 			return nil, 0, fmt.Errorf("newest-first keys: %w", err)
 		}
 		if n := len(out); n > 0 && out[n-1].tus == c.tus && out[n-1].uid == c.uid && out[n-1].tt == c.tt && out[n-1].tn == c.tn {
@@ -328,27 +324,22 @@ func (s *Store) inOrder() string {
 }
 
 // versionsSQL reads the versions <= rv of the candidates that match q, in
-// the listing's order: the events table's key prefix (tenant and regarding
-// object) finds their granules, the uid bloom filter narrows them.
+// the listing's order: the uid bloom filter of the events table finds their
+// granules (measured on 10M events: 25-29 ms for 121 candidates, against
+// 47-57 ms naming their key prefixes, tenant and regarding object, which
+// the engine spends on matching the set against the index).
 func versionsSQL(s *Store, q query.List, rv uint64, cands []candidate) (string, map[string]string) {
 	p := newParams()
 	var w where
 	w.add("seq <= " + p.u64(rv))
 	w.add(scopeSQL(p, q.Scope))
 	filterSQL(p, &w, q.Filter)
-	objs := make(map[[5]string]bool, len(cands))
-	var tuples, uids []string
+	uids := make([]string, len(cands))
 	lo, hi := cands[0].tus, cands[0].tus
-	for _, c := range cands {
-		k := [5]string{c.tt, c.tn, c.kind, c.ns, c.name}
-		if !objs[k] {
-			objs[k] = true
-			tuples = append(tuples, "("+p.str(c.tt)+", "+p.str(c.tn)+", "+p.str(c.kind)+", "+p.str(c.ns)+", "+p.str(c.name)+")")
-		}
-		uids = append(uids, p.str(c.uid))
+	for i, c := range cands {
+		uids[i] = p.str(c.uid)
 		lo, hi = min(lo, c.tus), max(hi, c.tus)
 	}
-	w.add("(tenant_type, tenant_name, regarding_kind, regarding_namespace, regarding_name) IN (" + strings.Join(tuples, ", ") + ")")
 	w.add("uid IN (" + strings.Join(uids, ", ") + ")")
 	w.add("event_time BETWEEN " + p.micros(lo) + " AND " + p.micros(hi))
 	return "SELECT " + resultColumns + " FROM " + s.events() +
