@@ -76,6 +76,22 @@ func (s *Store) Query(ctx context.Context, q query.List, rv uint64) (query.Page,
 	return page, nil
 }
 
+// appendLatest appends to keys the first row of each key in res (its latest
+// version: versions of a key are adjacent, newest first) up to want keys;
+// done: keys holds want.
+func appendLatest(keys, res []result, want int) (_ []result, done bool) {
+	for _, r := range res {
+		if n := len(keys); n > 0 && sameKey(keys[n-1], r) {
+			continue
+		}
+		keys = append(keys, r)
+		if len(keys) == want {
+			return keys, true
+		}
+	}
+	return keys, false
+}
+
 func sameKey(a, b result) bool {
 	return a.tus == b.tus && a.uid == b.uid && a.tt == b.tt && a.tn == b.tn
 }
@@ -146,14 +162,9 @@ func (s *Store) listEvents(ctx context.Context, q query.List, rv uint64, cur *pa
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range res {
-			if n := len(keys); n > 0 && sameKey(keys[n-1], r) {
-				continue
-			}
-			keys = append(keys, r)
-			if len(keys) == want {
-				return keys, nil
-			}
+		var done bool
+		if keys, done = appendLatest(keys, res, want); done {
+			return keys, nil
 		}
 		if len(res) < chunk {
 			return keys, nil
@@ -225,9 +236,9 @@ type candidate struct {
 // tenant: read in order, the newest hours first, it yields the next
 // candidate keys of the listing without reading raw events, and stops at
 // the chunk. Then the events table gives each candidate's latest version
-// <= rv, found by its uid, with the filter applied again to that version. A candidate with no such
-// version (stored after rv) is skipped, and the listing goes on after the
-// chunk's last candidate. So the write path pays nothing for newest-first
+// <= rv, found by its uid, with the filter applied again to that
+// version. A candidate with no such version (stored after rv) is skipped,
+// and the listing goes on after the chunk's last candidate. So the write path pays nothing for newest-first
 // listings: analytics_events is written anyway.
 func (s *Store) listIndexed(ctx context.Context, q query.List, rv uint64, cur *pageToken, want int) ([]result, error) {
 	chunk := want + want/8 + 8
@@ -243,14 +254,9 @@ func (s *Store) listIndexed(ctx context.Context, q query.List, rv uint64, cur *p
 			if err != nil {
 				return nil, err
 			}
-			for _, r := range res {
-				if n := len(keys); n > 0 && sameKey(keys[n-1], r) {
-					continue
-				}
-				keys = append(keys, r)
-				if len(keys) == want {
-					return keys, nil
-				}
+			var done bool
+			if keys, done = appendLatest(keys, res, want); done {
+				return keys, nil
 			}
 		}
 		if rows < chunk {
