@@ -92,9 +92,11 @@ func TestSearchFindsEventsByReasonAndByFieldSelector(t *testing.T) {
 	// Keyset pages: two, then the last one, then back.
 	do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/search?namespace="+ns+"&pageSize=2"))
 	waitText(t, ctx, "#results-count", "2 events", 30*time.Second)
+	waitSearchSettled(t, ctx)
 	first := tableColumn(t, ctx, "#results-table", 3)
 	do(t, ctx, chromedp.Click(chromedp.CSS("#next-page")))
 	waitText(t, ctx, "#results-count", "1 events", 30*time.Second)
+	waitSearchSettled(t, ctx)
 	last := tableColumn(t, ctx, "#results-table", 3)
 	if all := strings.Join(append(first, last...), ","); strings.Count(all, "Search") != 3 || strings.Count(all, "SearchAlpha") != 1 || strings.Count(all, "SearchBeta") != 1 {
 		t.Errorf("the pages list %q, want each of the three events once", all)
@@ -171,4 +173,11 @@ func TestHistogramBarsAddUpToQueryCount(t *testing.T) {
 		chromedp.MouseEvent(input.DispatchMouseEventTypeMouseReleased, x1, y, chromedp.ButtonLeft))
 	waitJS(t, ctx, "the brushed range in the URL", `location.hash.includes('since=') && location.hash.includes('until=') && !location.hash.includes('range=')`, 5*time.Second)
 	waitJS(t, ctx, "the time range picker on the brushed range", `document.getElementById('f-range').value === 'custom' && document.getElementById('f-since').value !== ''`, 5*time.Second)
+}
+
+// waitSearchSettled waits until the search view's histogram and facets
+// have rendered, as a user sees the page before clicking in it.
+func waitSearchSettled(t *testing.T, ctx context.Context) {
+	t.Helper()
+	waitJS(t, ctx, "the histogram and the facets", `document.getElementById('histogram-total').dataset.total !== undefined && document.querySelectorAll('#facets .facet-group').length > 0`, 30*time.Second)
 }
