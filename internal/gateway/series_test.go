@@ -46,10 +46,15 @@ func seriesAcrossReplicas(t *testing.T, natsURL string, replicas int, db string)
 		c.NATS.URL = natsURL
 		c.NATS.Replicas = replicas
 		c.ClickHouse.Database = db
-		c.Intake.Series.Window = 5 * time.Second
+		// A series must not finish between two of its occurrences: under
+		// the race detector and a loaded CI machine one Emit round took
+		// over 3 s, and a FinishAfter of 3 s ended pod-0's series at 47
+		// of 200. The windows are far above any stall; the heartbeat
+		// stays above the flush interval so the write bound holds.
+		c.Intake.Series.Window = 30 * time.Second
 		c.Intake.Series.FlushInterval = time.Second
-		c.Intake.Series.Heartbeat = 2 * time.Second
-		c.Intake.Series.FinishAfter = 3 * time.Second
+		c.Intake.Series.Heartbeat = 10 * time.Second
+		c.Intake.Series.FinishAfter = 15 * time.Second
 	}
 	a := startGateway(t, shared)
 	b := startGateway(t, shared)
