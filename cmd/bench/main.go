@@ -122,7 +122,7 @@ func envOr(k, def string) string {
 // child runs one engine step and writes its result as JSON to out.
 func child(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("child: which step? gen-store or chdb-insert")
+		return errors.New("child: which step? gen-store, chdb-insert or pipeline-floor")
 	}
 	fs := flag.NewFlagSet("child "+args[0], flag.ContinueOnError)
 	dir := fs.String("dir", "", "engine data directory")
@@ -130,6 +130,7 @@ func child(ctx context.Context, args []string, out io.Writer) error {
 	events := fs.Int("events", 10_000_000, "gen-store: events to generate")
 	batches := fs.Int("batches", 10, "chdb-insert: batches per run")
 	runs := fs.Int("runs", 3, "chdb-insert: runs")
+	total := fs.Int("total", 200_000, "pipeline-floor: events to pass through")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -153,6 +154,12 @@ func child(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		res = rates
+	case "pipeline-floor":
+		rate, err := bench.PipelineFloor(ctx, *dir, *lib, *total)
+		if err != nil {
+			return err
+		}
+		res = rate
 	default:
 		return fmt.Errorf("child: unknown step %q", args[0])
 	}

@@ -262,7 +262,7 @@ func (r *runner) child(ctx context.Context, out any, args ...string) error {
 	return nil
 }
 
-type baselines struct{ publish, insert float64 }
+type baselines struct{ publish, insert, floor float64 }
 
 func (r *runner) baselines(ctx context.Context) (baselines, error) {
 	sc := r.cfg.Scale
@@ -293,7 +293,21 @@ func (r *runner) baselines(ctx context.Context) (baselines, error) {
 	batch := config.Default().ClickHouse.BatchSize
 	r.rep.Add(SecBaseline, fmt.Sprintf("ClickHouse (chDB) insert, batches of %d", batch), "rows/s", ins, nil,
 		fmt.Sprintf("Store.Insert into the real events table (+ analytics views), %d batches per run, fresh engine in a child process", sc.InsertBatches))
-	b.publish, b.insert = Median(pubs), Median(ins)
+	var floors []float64
+	for i := 0; i < sc.Runs; i++ {
+		var rate float64
+		dir := filepath.Join(r.cfg.WorkDir, "pipeline-floor")
+		err := r.child(ctx, &rate, "pipeline-floor", "-dir", dir, "-total", strconv.Itoa(sc.PublishTotal))
+		os.RemoveAll(dir)
+		if err != nil {
+			return b, fmt.Errorf("write path floor: %w", err)
+		}
+		floors = append(floors, rate)
+		r.logf("baseline write path floor run %d: %.0f events/s", i+1, rate)
+	}
+	r.rep.Add(SecBaseline, "Write path floor: the parts composed", "events/s", floors, nil,
+		fmt.Sprintf("%d distinct events per run: intake stream → owner decode + events stream → watch-feed decode and ClickHouse ingest, in one process (bench.PipelineFloor)", sc.PublishTotal))
+	b.publish, b.insert, b.floor = Median(pubs), Median(ins), Median(floors)
 	return b, nil
 }
 
@@ -392,7 +406,7 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 		if mode != ModeStream && !r.want("emit") {
 			continue
 		}
-		var acc, e2e, eff, drain []float64
+		var acc, e2e, eff, ofFloor, drain []float64
 		var failed error
 		var outcomes map[string]int
 		for i := 0; i < sc.Runs; i++ {
@@ -404,6 +418,9 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 			acc = append(acc, t.Accept)
 			e2e = append(e2e, t.EndToEnd)
 			eff = append(eff, t.EndToEnd/lower)
+			if base.floor > 0 {
+				ofFloor = append(ofFloor, t.EndToEnd/base.floor)
+			}
 			drain = append(drain, t.Drain.Seconds())
 			outcomes = t.Outcomes
 			r.logf("%s run %d: %d accepted, %.0f/s accepted, %.0f/s end to end (drain %v), outcomes %v", mode, i+1, t.Accepted, t.Accept, t.EndToEnd,
@@ -431,6 +448,9 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 			streamRate = Median(acc)
 		}
 		r.rep.Add(SecEmit, name+" efficiency", "ratio", eff, goal, fmt.Sprintf("end to end ÷ lower raw ingest baseline (%s/s)", formatValue(lower)))
+		if len(ofFloor) > 0 {
+			r.rep.Add(SecEmit, name+" share of the write path floor", "ratio", ofFloor, nil, fmt.Sprintf("end to end ÷ the parts composed (%s/s)", formatValue(base.floor)))
+		}
 	}
 	return streamRate
 }
