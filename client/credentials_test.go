@@ -22,7 +22,7 @@ import (
 
 	"github.com/eventgate/eventgate/client"
 	"github.com/eventgate/eventgate/internal/authz"
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // TestTLSAndTokenSourcePerCall: over TLS (the server's certificate

@@ -15,8 +15,8 @@ import (
 
 	"github.com/eventgate/eventgate/client"
 	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
-	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/gateway"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // chDir is the embedded ClickHouse directory the gateways of this test

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/eventgate/eventgate/client"
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 func emitN(t *testing.T, ctx context.Context, c *client.Client, reason string, from, n int) []*client.EmitResult {

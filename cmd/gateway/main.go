@@ -14,8 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/gateway"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 	"github.com/eventgate/eventgate/internal/telemetry"
 )
 

@@ -20,8 +20,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
-	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/gateway"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // screenshots, when set, is the directory the browser tests save their

@@ -31,8 +31,8 @@ import (
 	"github.com/eventgate/eventgate/gen/openapiv2"
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/clickhouse"
-	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 	"github.com/eventgate/eventgate/internal/jetstream/wire"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // corsDo sends method url from a page of origin, with the preflight

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // TestEventsStreamRemembersWriteIDsOnlyAcrossATakeover checks the windows

@@ -27,7 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 func TestEmitWatchRoundTripGRPC(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/natstest"
 	"github.com/eventgate/eventgate/internal/watch"

@@ -31,10 +31,10 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/gen/openapiv2"
-	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/console"
 	"github.com/eventgate/eventgate/internal/correlator"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 	"github.com/eventgate/eventgate/internal/k8sapi"
 	"github.com/eventgate/eventgate/internal/limits"
 	"github.com/eventgate/eventgate/internal/telemetry"

@@ -37,7 +37,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // The events broadcaster's heartbeat (every 30 min) and finish (6 min after

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // TestK8sOpenAPIKubectl runs the installed kubectl with client-side

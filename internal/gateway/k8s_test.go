@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // k8sClient is a client-go clientset for the gateway's Kubernetes API,

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // TestK8sAuthWhoami runs the installed kubectl auth whoami: the caller's

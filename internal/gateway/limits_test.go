@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 	"github.com/eventgate/eventgate/internal/limits"
 	"github.com/eventgate/eventgate/internal/webhook"
 )

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 	"github.com/eventgate/eventgate/internal/ingest"
 )
 

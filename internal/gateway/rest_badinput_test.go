@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // TestRESTBodyStrict: a body with data after its JSON value is refused (and

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // TuneRuntime sets the garbage collector the way the gateway binary runs

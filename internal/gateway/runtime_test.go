@@ -7,7 +7,7 @@ import (
 	"runtime/debug"
 	"testing"
 
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // TestTuneRuntime: the binary's collector target and memory limit come from

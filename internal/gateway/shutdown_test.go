@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // TestShutdownFinishesIngest: a gateway stopped (its context ended, as on

@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/config"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 	"github.com/eventgate/eventgate/internal/webhook"
 )
 
