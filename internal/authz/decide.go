@@ -358,7 +358,7 @@ func (p *Principal) WatchSubjects(f subject.Filter) ([]string, error) {
 	tenantNamed := f.TenantType != nil || f.TenantName != nil
 	if tenantNamed {
 		tp := fp
-		tp[subject.PosGroupKind], tp[subject.PosNamespace], tp[subject.PosName] = pwc, pwc, pwc
+		tp[subject.PosGroupKind], tp[subject.PosNamespace], tp[subject.PosReserved] = pwc, pwc, pwc
 		if !slices.ContainsFunc(tenants, tp.subset) {
 			return nil, p.deny(VerbWatch, ReasonTenant, "watch of %s", describeTenant(f))
 		}

@@ -252,7 +252,7 @@ func TestWatchSubjects(t *testing.T) {
 		{"shop", subject.Filter{TenantType: s("project"), TenantName: s("shop.x")}, nil, `project/"shop.x"`},
 		{"shop", subject.Filter{TenantType: s("project"), TenantName: s("")}, nil, `project/""`},
 		{"shop", subject.Filter{TenantType: s("project"), TenantName: s(sqlName)}, nil, `project/"x' OR '1'='1"`},
-		{"shop", subject.Filter{Namespace: s("*"), Name: s(">")}, []string{"events.project.shop.*.~2A.~3E"}, ""},
+		{"shop", subject.Filter{Namespace: s(">")}, []string{"events.project.shop.*.~3E.>"}, ""},
 		// Flat model: the organization sees nothing of its projects.
 		{"acme-org", subject.Filter{TenantType: s("project"), TenantName: s("acme")}, nil, `project/"acme"`},
 		{"acme-org", subject.Filter{TenantType: s("project")}, nil, `every "project" tenant`},
@@ -343,15 +343,15 @@ func TestAllowsSubject(t *testing.T) {
 		principal, subj string
 		want            bool
 	}{
-		{"shop", subject.Key{TenantType: "project", TenantName: "shop", Kind: "Pod", Name: "x"}.Subject(), true},
-		{"shop", subject.Key{TenantType: "project", TenantName: "shop.x", Kind: "Pod", Name: "x"}.Subject(), false},
+		{"shop", subject.Key{TenantType: "project", TenantName: "shop", Kind: "Pod"}.Subject(), true},
+		{"shop", subject.Key{TenantType: "project", TenantName: "shop.x", Kind: "Pod"}.Subject(), false},
 		{"shop", "events.project.shop.>", false}, // a filter, not a subject
 		{"shop", "events.project.*.core_Pod._.x", false},
-		{"deployer", subject.Key{TenantType: "project", TenantName: "blog", Group: "apps", Kind: "Deployment", Name: "x"}.Subject(), true},
-		{"deployer", subject.Key{TenantType: "project", TenantName: "blog", Kind: "Deployment", Name: "x"}.Subject(), false},
-		{"platform", subject.Key{TenantType: "project", TenantName: "*", Kind: "Pod", Name: "x"}.Subject(), true},
-		{"platform", subject.Key{TenantType: "global", Kind: "Node", Name: "x"}.Subject(), true},
-		{"platform", subject.Key{TenantType: "global", TenantName: "x", Kind: "Node", Name: "x"}.Subject(), false},
+		{"deployer", subject.Key{TenantType: "project", TenantName: "blog", Group: "apps", Kind: "Deployment"}.Subject(), true},
+		{"deployer", subject.Key{TenantType: "project", TenantName: "blog", Kind: "Deployment"}.Subject(), false},
+		{"platform", subject.Key{TenantType: "project", TenantName: "*", Kind: "Pod"}.Subject(), true},
+		{"platform", subject.Key{TenantType: "global", Kind: "Node"}.Subject(), true},
+		{"platform", subject.Key{TenantType: "global", TenantName: "x", Kind: "Node"}.Subject(), false},
 	}
 	for _, tt := range tests {
 		if got := ps[tt.principal].AllowsSubject(VerbWatch, tt.subj); got != tt.want {

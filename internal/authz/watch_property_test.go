@@ -75,8 +75,8 @@ func (pc propCase) String() string {
 		return fmt.Sprintf("%q", *p)
 	}
 	f := pc.f
-	return fmt.Sprintf("platform=%v grants=%+v filter{type:%s name:%s group:%s kind:%s ns:%s name:%s} (subject %s)",
-		pc.p.Platform, pc.p.Grants, s(f.TenantType), s(f.TenantName), s(f.Group), s(f.Kind), s(f.Namespace), s(f.Name), f.Subject())
+	return fmt.Sprintf("platform=%v grants=%+v filter{type:%s name:%s group:%s kind:%s ns:%s} (subject %s)",
+		pc.p.Platform, pc.p.Grants, s(f.TenantType), s(f.TenantName), s(f.Group), s(f.Kind), s(f.Namespace), f.Subject())
 }
 
 func genCase(c chooser) propCase {
@@ -143,7 +143,6 @@ func genCase(c chooser) propCase {
 		f.Kind = &kind
 	}
 	f.Namespace = opt(propNS)
-	f.Name = opt(propNames)
 	return propCase{p: p, f: f}
 }
 
@@ -185,19 +184,13 @@ func universe(pc propCase) []subject.Key {
 	if f.Namespace != nil {
 		nss = add(nss, *f.Namespace)
 	}
-	objs := []string{"fresh-obj"}
-	if f.Name != nil {
-		objs = add(objs, *f.Name)
-	}
 	var keys []subject.Key
 	for _, t := range types {
 		for _, n := range names {
 			for _, g := range groups {
 				for _, k := range kinds {
 					for _, ns := range nss {
-						for _, o := range objs {
-							keys = append(keys, subject.Key{TenantType: t, TenantName: n, Group: g, Kind: k, Namespace: ns, Name: o})
-						}
+						keys = append(keys, subject.Key{TenantType: t, TenantName: n, Group: g, Kind: k, Namespace: ns})
 					}
 				}
 			}

@@ -361,7 +361,6 @@ func KeyOf(ev *eventgatev1.Event) subject.Key {
 		Group:      subject.GroupFromAPIVersion(ev.GetRegarding().GetApiVersion()),
 		Kind:       ev.GetRegarding().GetKind(),
 		Namespace:  ev.GetNamespace(),
-		Name:       ev.GetRegarding().GetName(),
 	}
 }
 

@@ -129,6 +129,8 @@ type Intake struct {
 	// waits, by message id: a retry logged as a duplicate while its first
 	// occurrence is undecided answers what that one became.
 	pending map[string]pendingOcc
+	// recent answers a later retry of an occurrence stored as an event.
+	recent *recentCreated
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -226,6 +228,7 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		inbox:      nc.NewInbox(),
 		calls:      make(map[uint64]*call),
 		pending:    make(map[string]pendingOcc),
+		recent:     newRecentCreated(recentCreatedSize),
 		stopped:    make(chan struct{}),
 		waitMax:    min(time.Second, cfg.PinnedTTL/4),
 		members:    newMembers(cfg.Stream, min(time.Second, cfg.PinnedTTL/4)),
@@ -581,16 +584,23 @@ func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, 
 			out[i] = Result{Outcome: eventgatev1.EmitOutcome_EMIT_OUTCOME_UNSPECIFIED, UID: evs[i].GetUid()}
 		}
 		in.m.submitted.WithLabelValues(out[i].Outcome.String()).Inc()
+		if out[i].Outcome == eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED && out[i].ResourceVersion != 0 && msgIDs != nil && msgIDs[i] != "" {
+			in.recent.put(msgIDs[i], out[i].ResourceVersion)
+		}
 	}
 	return out, nil
 }
 
+// recentCreatedSize is how many stored occurrences with a message id a
+// replica remembers for retries (about 2.5 MB).
+const recentCreatedSize = 1 << 16
+
 // duplicate is the result of an occurrence the intake already logged under
 // its message id (of call c). While the first occurrence's call waits here,
 // it is what that one became, once decided. Otherwise, if it was stored as
-// an event of its own, the last version on its subject has its uid: the
-// result carries that resourceVersion (folded into a series, it has none of
-// its own).
+// an event of its own, the result carries its resourceVersion (folded into a
+// series, it has none of its own): remembered by this replica, or else the
+// last version on its subject when that one has its uid.
 func (in *Intake) duplicate(ctx context.Context, c *call, ev *eventgatev1.Event, msgID string) Result {
 	r := Result{Outcome: eventgatev1.EmitOutcome_EMIT_OUTCOME_DUPLICATE, UID: ev.GetUid()}
 	in.mu.Lock()
@@ -614,6 +624,10 @@ func (in *Intake) duplicate(ctx context.Context, c *call, ev *eventgatev1.Event,
 			}
 			return r
 		}
+	}
+	if rv, ok := in.recent.get(msgID); ok {
+		r.ResourceVersion = rv
+		return r
 	}
 	m, err := in.events.GetLastMsgForSubject(ctx, event.SubjectOf(ev))
 	if err != nil {

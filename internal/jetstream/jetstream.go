@@ -121,7 +121,7 @@ func NewJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
 	sc := jetstream.StreamConfig{
 		Name:        cfg.Stream,
-		Description: "eventgate events: events.<tenant_type>.<tenant_name>.<group_Kind>.<namespace>.<name>",
+		Description: "eventgate events: events.<tenant_type>.<tenant_name>.<group_Kind>.<namespace>._ (reserved)",
 		Subjects:    []string{SubjectsAll},
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardOld,

@@ -99,16 +99,17 @@ func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (event.WatchO
 	if req.GetNamespace() != "" {
 		f.Namespace = subject.Ptr(req.GetNamespace())
 	}
-	if req.GetName() != "" {
-		f.Name = subject.Ptr(req.GetName())
-	}
-
+	// The object's name is no subject token (see package subject): a watch
+	// of one object is matched here, as a group or kind alone is.
+	name := req.GetName()
 	types, reasons, controllers := req.GetTypes(), req.GetReasons(), req.GetReportingControllers()
-	// A group or kind alone is no literal subject token: it is matched here.
 	needKind := kind != "" && group == nil
 	needGroup := group != nil && kind == ""
-	if needKind || needGroup || len(types) > 0 || len(reasons) > 0 || len(controllers) > 0 {
+	if name != "" || needKind || needGroup || len(types) > 0 || len(reasons) > 0 || len(controllers) > 0 {
 		o.Match = func(ev *eventgatev1.Event) bool {
+			if name != "" && ev.GetRegarding().GetName() != name {
+				return false
+			}
 			if needKind && ev.GetRegarding().GetKind() != kind {
 				return false
 			}

@@ -1,6 +1,15 @@
 // Package subject builds and parses the NATS subjects events are stored under:
 //
-//	events.<tenant_type>.<tenant_name>.<group_Kind>.<namespace>.<name>
+//	events.<tenant_type>.<tenant_name>.<group_Kind>.<namespace>._
+//
+// The sixth token is reserved and always "_". Streams written before it was
+// reserved hold the regarding object's name there; every filter leaves the
+// token open, so both forms match the same filters and grants. The name is
+// not a token because the server keeps state for every distinct subject a
+// stream retains: one per object grew with every object ever seen (about
+// 110 MB of the gateway's heap after a million objects), while one per
+// tenant, kind and namespace stays small. A watch of one object filters by
+// name in process.
 //
 // Every token is encoded reversibly and deterministically, so that no value a
 // caller sends can add a token, a wildcard or whitespace to a subject, and two
@@ -30,7 +39,7 @@ const (
 	PosTenantName
 	PosGroupKind
 	PosNamespace
-	PosName
+	PosReserved
 )
 
 // Empty is the token that stands for an empty value.
@@ -209,16 +218,16 @@ type Key struct {
 	Group      string
 	Kind       string
 	Namespace  string
-	Name       string
 }
 
 // Subject returns the event subject for k.
 func (k Key) Subject() string {
 	return Prefix + "." + EncodeToken(k.TenantType) + "." + EncodeToken(k.TenantName) + "." +
-		EncodeGroupKind(k.Group, k.Kind) + "." + EncodeToken(k.Namespace) + "." + EncodeToken(k.Name)
+		EncodeGroupKind(k.Group, k.Kind) + "." + EncodeToken(k.Namespace) + "." + Empty
 }
 
-// Parse decodes an event subject.
+// Parse decodes an event subject. The reserved token may hold any canonical
+// token (an object's name, in streams written before it was reserved).
 func Parse(subj string) (Key, error) {
 	toks := strings.Split(subj, ".")
 	if len(toks) != Tokens || toks[PosPrefix] != Prefix {
@@ -238,7 +247,7 @@ func Parse(subj string) (Key, error) {
 	if k.Namespace, err = DecodeToken(toks[PosNamespace]); err != nil {
 		return Key{}, err
 	}
-	if k.Name, err = DecodeToken(toks[PosName]); err != nil {
+	if _, err = DecodeToken(toks[PosReserved]); err != nil {
 		return Key{}, err
 	}
 	return k, nil
@@ -253,11 +262,11 @@ type Filter struct {
 	Group     *string
 	Kind      *string
 	Namespace *string
-	Name      *string
 }
 
 // Subject returns the NATS filter subject for f: literal tokens where f names
-// a value, "*" where it does not, and a trailing ">" collapsed where possible.
+// a value, "*" where it does not (always for the reserved token), and a
+// trailing ">" collapsed where possible.
 func (f Filter) Subject() string {
 	tok := func(v *string) string {
 		if v == nil {
@@ -269,7 +278,7 @@ func (f Filter) Subject() string {
 	if f.Group != nil && f.Kind != nil {
 		gk = EncodeGroupKind(*f.Group, *f.Kind)
 	}
-	toks := []string{Prefix, tok(f.TenantType), tok(f.TenantName), gk, tok(f.Namespace), tok(f.Name)}
+	toks := []string{Prefix, tok(f.TenantType), tok(f.TenantName), gk, tok(f.Namespace), "*"}
 	// events.a.*.*.*.* is the same set as events.a.> (every event subject has 6 tokens).
 	n := len(toks)
 	for n > 1 && toks[n-1] == "*" {
