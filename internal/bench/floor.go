@@ -249,45 +249,71 @@ func floorFeed(ctx context.Context, js jetstream.JetStream, total int) error {
 }
 
 func floorIngest(ctx context.Context, events jetstream.Stream, st *clickhouse.Store, inserted *atomic.Int64, total int) error {
+	size, wait := st.Config().BatchSize, st.Config().BatchWait
 	cons, err := events.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "floor-ingest", AckPolicy: jetstream.AckAllPolicy, MaxAckPending: 4 * st.Config().BatchSize,
+		Durable: "floor-ingest", AckPolicy: jetstream.AckAllPolicy, MaxAckPending: 4 * size,
 	})
 	if err != nil {
 		return fmt.Errorf("ingest consumer: %w", err)
 	}
-	size := st.Config().BatchSize
-	for inserted.Load() < int64(total) {
-		batch, err := cons.Fetch(size, jetstream.FetchMaxWait(st.Config().BatchWait))
-		if err != nil {
-			return fmt.Errorf("ingest fetch: %w", err)
-		}
-		var rows []clickhouse.Row
-		var last jetstream.Msg
-		for m := range batch.Messages() {
-			ev, err := event.Unmarshal(m.Data())
+	// As the ingest does: one goroutine fetches and decodes the next batch
+	// while another inserts the last one.
+	type batch struct {
+		rows []clickhouse.Row
+		last jetstream.Msg
+	}
+	batches := make(chan batch, 1)
+	fetchErr := make(chan error, 1)
+	go func() {
+		defer close(batches)
+		for fetched := 0; fetched < total && ctx.Err() == nil; {
+			msgs, err := cons.Fetch(size, jetstream.FetchMaxWait(wait))
 			if err != nil {
-				return fmt.Errorf("ingest decode: %w", err)
+				fetchErr <- fmt.Errorf("ingest fetch: %w", err)
+				return
 			}
-			md, _ := m.Metadata()
-			rows = append(rows, clickhouse.Row{Seq: md.Sequence.Stream, Subject: m.Subject(), Event: ev, StoredAt: md.Timestamp, Raw: m.Data(), WriteReason: "created"})
-			last = m
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-			return fmt.Errorf("ingest fetch: %w", err)
-		}
-		if len(rows) == 0 {
-			if ctx.Err() != nil {
-				return ctx.Err()
+			var b batch
+			for m := range msgs.Messages() {
+				ev, err := event.Unmarshal(m.Data())
+				if err != nil {
+					fetchErr <- fmt.Errorf("ingest decode: %w", err)
+					return
+				}
+				md, _ := m.Metadata()
+				b.rows = append(b.rows, clickhouse.Row{Seq: md.Sequence.Stream, Subject: m.Subject(), Event: ev, StoredAt: md.Timestamp, Raw: m.Data(), WriteReason: "created"})
+				b.last = m
 			}
-			continue
+			if err := msgs.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+				fetchErr <- fmt.Errorf("ingest fetch: %w", err)
+				return
+			}
+			if len(b.rows) == 0 {
+				continue
+			}
+			fetched += len(b.rows)
+			select {
+			case batches <- b:
+			case <-ctx.Done():
+				return
+			}
 		}
-		if err := st.Insert(ctx, rows); err != nil {
+	}()
+	for b := range batches {
+		if err := st.Insert(ctx, b.rows); err != nil {
 			return fmt.Errorf("ingest insert: %w", err)
 		}
-		if err := last.Ack(); err != nil {
+		if err := b.last.Ack(); err != nil {
 			return fmt.Errorf("ingest ack: %w", err)
 		}
-		inserted.Add(int64(len(rows)))
+		inserted.Add(int64(len(b.rows)))
+	}
+	select {
+	case err := <-fetchErr:
+		return err
+	default:
+	}
+	if inserted.Load() < int64(total) {
+		return ctx.Err()
 	}
 	return nil
 }
