@@ -1,7 +1,9 @@
 // Package webhook takes events in over HTTP in the shapes other systems
 // already send: a batched events.k8s.io/v1 EventList (POST /webhook/events,
 // the audit-webhook style of the design doc) and Flux notification-controller
-// event payloads (POST /webhook/flux, with Flux RFC-0008 metadata rules).
+// event payloads (POST /webhook/flux, with Flux RFC-0008 metadata rules)
+// and CloudEvents over HTTP (POST /webhook/cloudevents: structured, binary
+// and batched modes, read with the CloudEvents Go SDK).
 //
 // Both are clients of the gRPC EventService over the gateway's in-process
 // connection, forwarding the caller's credentials, so authentication,
@@ -56,7 +58,8 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Register serves POST /webhook/events and POST /webhook/flux on mux.
+// Register serves POST /webhook/events, POST /webhook/flux and POST
+// /webhook/cloudevents on mux.
 func Register(mux *http.ServeMux, o Options) error {
 	meta, err := newTenantMetadata(o.Flux.TenantMetadata)
 	if err != nil {
@@ -74,6 +77,7 @@ func Register(mux *http.ServeMux, o Options) error {
 	h := &handler{opts: o, em: &emitter{client: o.Client, maxBatch: o.MaxBatch}, k8s: &emitter{client: o.Client, maxBatch: o.MaxBatch, counted: true}, meta: meta}
 	mux.HandleFunc("POST "+EventsPath, h.events)
 	mux.HandleFunc("POST "+FluxPath, h.flux)
+	mux.HandleFunc("POST "+CloudEventsPath, h.cloudEvents)
 	return nil
 }
 
