@@ -114,27 +114,27 @@ func TestWebhookCloudEvents(t *testing.T) {
 		t.Fatalf("redelivery: %d %v", code, m)
 	}
 
-	// A batch: two new events (one without a subject: about its source)
-	// and a redelivery.
+	// A batch: two new events (one without a subject: about its source),
+	// a redelivery, and one of the new events twice.
 	shipped := orderEvent(t, "ord-3", "com.example.order.shipped", "orders/42", nil)
 	tick := cloudevents.NewEvent()
 	tick.SetID("tick-1")
 	tick.SetSource("//scheduler/nightly")
 	tick.SetType("com.example.scheduler.tick")
-	req, err = cehttp.NewHTTPRequestFromEvents(ctx, url, []cloudevents.Event{shipped, tick, paid})
+	req, err = cehttp.NewHTTPRequestFromEvents(ctx, url, []cloudevents.Event{shipped, tick, paid, shipped})
 	if err != nil {
 		t.Fatal(err)
 	}
 	code, m = doCE(t, req, tokShop)
 	items := resultItems(t, m)
-	if code != http.StatusOK || m["accepted"].(float64) != 3 {
+	if code != http.StatusOK || m["accepted"].(float64) != 4 {
 		t.Fatalf("batch: %d %v", code, m)
 	}
 	var outcomes []string
 	for _, it := range items {
 		outcomes = append(outcomes, it["outcome"].(string))
 	}
-	if d := cmp.Diff([]string{"EMIT_OUTCOME_CREATED", "EMIT_OUTCOME_CREATED", "EMIT_OUTCOME_DUPLICATE"}, outcomes); d != "" {
+	if d := cmp.Diff([]string{"EMIT_OUTCOME_CREATED", "EMIT_OUTCOME_CREATED", "EMIT_OUTCOME_DUPLICATE", "EMIT_OUTCOME_DUPLICATE"}, outcomes); d != "" {
 		t.Errorf("batch outcomes (-want +got):\n%s", d)
 	}
 
