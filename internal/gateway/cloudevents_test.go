@@ -182,8 +182,8 @@ func TestWebhookCloudEvents(t *testing.T) {
 
 // TestWebhookCloudEventsBadInput: a request that is not a CloudEvent, or a
 // CloudEvent the gateway cannot store, is a 400 naming the attribute; a
-// batch answers each element; a caller without the grant gets 403 and an
-// unauthenticated one 401.
+// batch answers each element, invalid or not allowed (kind grants), alone;
+// a caller without the grant gets 403 and an unauthenticated one 401.
 func TestWebhookCloudEventsBadInput(t *testing.T) {
 	tokens := writeTokens(t)
 	tg := startGateway(t, func(c *config.Config) { c.Auth.TokensFile = tokens; c.MaxBatch = 4; c.MaxRequestBytes = 64 << 10 })
@@ -242,6 +242,16 @@ func TestWebhookCloudEventsBadInput(t *testing.T) {
 		if itemCode(items[i]) != "InvalidArgument" || !slices.Contains(itemFields(items[i]), field) {
 			t.Errorf("item %d: %v, want InvalidArgument naming %q", i, items[i], field)
 		}
+	}
+
+	// Authorization per element: the blog deployer may emit Deployments
+	// only, so its CloudEvent of the default kind is refused alone.
+	deploy := `{"specversion":"1.0","id":"d-1","source":"/ci","type":"Rollout","subject":"web","regardingkind":"Deployment","regardingapiversion":"apps/v1"}`
+	other := `{"specversion":"1.0","id":"d-2","source":"/ci","type":"CloudEventsBad","subject":"web"}`
+	code, m = post(base+"?tenant.type=project&tenant.name=blog", tokDeployer, batch, "["+deploy+","+other+"]")
+	items = resultItems(t, m)
+	if code != http.StatusMultiStatus || len(items) != 2 || itemCode(items[0]) != "OK" || itemCode(items[1]) != "PermissionDenied" {
+		t.Fatalf("batch of two kinds: %d %v", code, m)
 	}
 
 	// Over the body limit: 413.
