@@ -248,16 +248,15 @@ func New(cfg Config) (*Aggregator, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Aggregator{
-		cfg:          cfg,
-		window:       int64(cfg.Window),
-		flush:        int64(cfg.FlushInterval),
-		heartbeat:    int64(cfg.Heartbeat),
-		finish:       int64(cfg.FinishAfter),
-		entries:      make(map[string]*entry),
-		tenantSeries: make(map[uint64]int),
-		single:       newSingles(int(cfg.MaxBytes / recentShare)),
-		clock:        math.MinInt64,
-		unckpt:       1,
+		cfg:       cfg,
+		window:    int64(cfg.Window),
+		flush:     int64(cfg.FlushInterval),
+		heartbeat: int64(cfg.Heartbeat),
+		finish:    int64(cfg.FinishAfter),
+		entries:   make(map[string]*entry),
+		single:    newSingles(int(cfg.MaxBytes / recentShare)),
+		clock:     math.MinInt64,
+		unckpt:    1,
 	}, nil
 }
 
@@ -422,6 +421,9 @@ func (a *Aggregator) track(key string, first *eventgatev1.Event, pos uint64) *en
 	e := &entry{key: key, uid: first.GetUid(), ev: first, note: first.GetNote(), pos: pos, idx: -1}
 	e.bytes = int64(entryBytes + 2*len(key) + 4*proto.Size(first))
 	a.entries[key] = e
+	if a.tenantSeries == nil {
+		a.tenantSeries = make(map[uint64]int)
+	}
 	a.tenantSeries[tenantOf(first)]++
 	a.series.pushBack(e)
 	a.seriesBytes += e.bytes
