@@ -31,10 +31,14 @@ const (
 	VerbWatch     Verb = "watch"
 	VerbQuery     Verb = "query" // Query and Get
 	VerbAnalytics Verb = "analytics"
+	// VerbAdmin is tenant administration (TenantService): it is about every
+	// tenant, so only a grant on the global tenant, which only platform
+	// principals hold, may carry it.
+	VerbAdmin Verb = "admin"
 )
 
 // Verbs lists every verb.
-var Verbs = []Verb{VerbEmit, VerbWatch, VerbQuery, VerbAnalytics}
+var Verbs = []Verb{VerbEmit, VerbWatch, VerbQuery, VerbAnalytics, VerbAdmin}
 
 func (v Verb) valid() bool { return slices.Contains(Verbs, v) }
 
@@ -154,6 +158,9 @@ func (g Grant) normalize(platform bool) (Grant, error) {
 	for _, v := range g.Verbs {
 		if !v.valid() {
 			return g, fmt.Errorf("unknown verb %q", v)
+		}
+		if v == VerbAdmin && (g.TenantType != event.TenantGlobal || len(g.Kinds) > 0) {
+			return g, fmt.Errorf("verb %q is only for a grant on the global tenant without kinds", v)
 		}
 		if !slices.Contains(verbs, v) {
 			verbs = append(verbs, v)

@@ -51,6 +51,16 @@ func (p *Principal) Allows(v Verb, t Tenant, group, kind string) bool {
 	return false
 }
 
+// AuthorizeAdmin allows tenant administration (TenantService): to the local
+// administrator, and to a principal with the admin verb on the global
+// tenant.
+func (p *Principal) AuthorizeAdmin() error {
+	if p.allowsTenant(VerbAdmin, Tenant{Type: event.TenantGlobal}) {
+		return nil
+	}
+	return p.deny(VerbAdmin, ReasonNoGrant, "tenant administration without the %q verb on the global tenant", VerbAdmin)
+}
+
 // AllowsSubject reports whether p may do v on the event stored under the
 // event subject subj; false when subj is not an event subject.
 func (p *Principal) AllowsSubject(v Verb, subj string) bool {

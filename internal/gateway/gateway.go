@@ -90,6 +90,7 @@ type Gateway struct {
 	grpc       *grpc.Server
 	grpcInproc *grpc.Server
 	events     *service.Events
+	tenants    *service.Tenants
 	calls      *callTracker // calls other than watches, in flight
 	tls        *tls.Config
 	health     *health.Server
@@ -148,6 +149,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Limits:      lim,
 	}, ejs.NewPublisher(g.paths.emit.js, cfg.NATS.Stream), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))
 	analytics := service.NewAnalytics(g.store, g.ingest, log).WithTenantLimits(lim)
+	var tracker service.Tracker
+	if g.intake != nil {
+		tracker = g.intake
+	}
+	g.tenants = service.NewTenants(lim, tracker, g.store, log)
 	if err := g.newServers(analytics); err != nil {
 		return nil, err
 	}
@@ -313,6 +319,7 @@ func (g *Gateway) newServers(analytics *service.Analytics) error {
 		srv := grpc.NewServer(opts...)
 		eventgatev1.RegisterEventServiceServer(srv, g.events)
 		eventgatev1.RegisterAnalyticsServiceServer(srv, analytics)
+		eventgatev1.RegisterTenantServiceServer(srv, g.tenants)
 		healthpb.RegisterHealthServer(srv, g.health)
 		reflection.Register(srv)
 		grpcMetrics.InitializeMetrics(srv)

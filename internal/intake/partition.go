@@ -42,6 +42,7 @@ type partition struct {
 	log     *slog.Logger
 
 	owned   atomic.Bool
+	usage   chan tenantReq // TenantTracking's questions, answered by the owner
 	nkeys   atomic.Int64
 	nseries atomic.Int64
 	nbytes  atomic.Int64
@@ -83,6 +84,7 @@ func newPartition(in *Intake, p int, cons jetstream.Consumer) *partition {
 		p:       p,
 		subject: in.cfg.subject(p),
 		cons:    cons,
+		usage:   make(chan tenantReq),
 		log:     in.log.With("partition", p),
 	}
 }

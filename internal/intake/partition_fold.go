@@ -34,6 +34,8 @@ loop:
 		case <-ctx.Done():
 			pt.syncStats()
 			return
+		case r := <-pt.usage:
+			pt.answer(r)
 		case msg, ok := <-msgs:
 			if !ok {
 				break loop

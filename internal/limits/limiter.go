@@ -81,6 +81,8 @@ type Limiter struct {
 	emitTenants, emitPrincipals, emitObjects buckets
 	watchTenants, watchPrincipals,
 	queries counters
+	// meter counts each tenant's accepted and limited events lately (Usage).
+	meter   meter
 	metrics *Metrics
 }
 
@@ -179,11 +181,13 @@ batch:
 		}
 		for _, te := range batch {
 			l.metrics.add(Key(te.Tenant), "emit", "limited", te.Events)
+			l.meter.add(Key(te.Tenant), te.Events, false, now)
 		}
 		return refusal
 	}
 	for _, te := range batch {
 		l.metrics.add(Key(te.Tenant), "emit", "accepted", te.Events)
+		l.meter.add(Key(te.Tenant), te.Events, true, now)
 	}
 	return nil
 }

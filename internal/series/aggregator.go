@@ -193,6 +193,7 @@ type Aggregator struct {
 	window, flush, heartbeat, finish int64 // nanoseconds
 	read                             Reader
 	entries                          map[string]*entry // ongoing series
+	tenantSeries                     map[uint64]int    // ongoing series by tenant (see tenantOf)
 	single                           singles
 	timers                           timers
 	series                           list // ongoing series, least recently observed first
@@ -420,6 +421,10 @@ func (a *Aggregator) track(key string, first *eventgatev1.Event, pos uint64) *en
 	e := &entry{key: key, uid: first.GetUid(), ev: first, note: first.GetNote(), pos: pos, idx: -1}
 	e.bytes = int64(entryBytes + 2*len(key) + 4*proto.Size(first))
 	a.entries[key] = e
+	if a.tenantSeries == nil {
+		a.tenantSeries = make(map[uint64]int)
+	}
+	a.tenantSeries[tenantOf(first)]++
 	a.series.pushBack(e)
 	a.seriesBytes += e.bytes
 	return e
@@ -468,6 +473,18 @@ func (a *Aggregator) Stats() Stats {
 	s.Series = a.series.n
 	s.Bytes = a.bytes()
 	return s
+}
+
+// TenantKeys returns the keys tracked for the tenant of type typ and name
+// name ("" for the global tenant): singletons plus ongoing series, and the
+// ongoing series among them.
+func (a *Aggregator) TenantKeys(typ, name string) (keys, series int) {
+	id := tenantID(typ, name)
+	series = a.tenantSeries[id]
+	if t := a.single.tenants[id]; t != nil {
+		keys = t.live
+	}
+	return keys + series, series
 }
 
 // bytes is the memory the tracked keys account for (see Config.MaxBytes).
@@ -654,6 +671,11 @@ func (a *Aggregator) reschedule(e *entry) {
 // forget stops tracking series e.
 func (a *Aggregator) forget(e *entry) {
 	delete(a.entries, e.key)
+	if t := tenantOf(e.ev); a.tenantSeries[t] <= 1 {
+		delete(a.tenantSeries, t)
+	} else {
+		a.tenantSeries[t]--
+	}
 	if e.idx >= 0 {
 		heap.Remove(&a.timers, e.idx)
 	}

@@ -42,11 +42,14 @@ func hashKey(key []byte) hash128 {
 // of its type and name, the same in every process, as checkpoints and the
 // order of evictions require.
 func tenantOf(ev *eventgatev1.Event) uint64 {
+	return tenantID(ev.GetTenant().GetType(), ev.GetTenant().GetName())
+}
+
+func tenantID(typ, name string) uint64 {
 	h := fnv.New64a()
-	t := ev.GetTenant()
-	h.Write([]byte(t.GetType()))
+	h.Write([]byte(typ))
 	h.Write([]byte{0})
-	h.Write([]byte(t.GetName()))
+	h.Write([]byte(name))
 	return h.Sum64()
 }
 

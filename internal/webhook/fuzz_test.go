@@ -38,3 +38,41 @@ func FuzzListItem(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCloudEventBatchItem: whatever an element of a CloudEvents batch holds,
+// it is either refused with violations of its own attributes or converted
+// to an event with a uid, a reason and the CloudEvent's id and source kept;
+// nothing panics.
+func FuzzCloudEventBatchItem(f *testing.F) {
+	f.Add(`{"specversion":"1.0","id":"1","source":"/s","type":"com.example.t","subject":"a","regardingkind":"Order","eventtype":"Warning","region":"eu"}`)
+	f.Add(`{"specversion":"1.0","id":"1","source":"/s","type":"t","datacontenttype":"application/json","data":{"a":[1,2]}}`)
+	f.Add(`{"specversion":"1.0","id":"1","source":"/s","type":"t","data_base64":"AAE="}`)
+	f.Add(`{"specversion":"0.3","id":"1","source":"/s","type":"t","datacontentencoding":"base64","data":"AAE="}`)
+	f.Add(`{"specversion":"1.0","id":" ","source":"","type":"t","time":"x"}`)
+	f.Add(`[]`)
+	f.Add(`null`)
+	h := &handler{opts: Options{MaxNoteBytes: 64}}
+	f.Fuzz(func(t *testing.T, raw string) {
+		it := h.ceBatchItem(0, []byte(raw), nil)
+		if it.err != nil {
+			if len(it.err.GetFieldViolations()) == 0 {
+				t.Fatal("a refused element names no attribute")
+			}
+			for _, v := range it.err.GetFieldViolations() {
+				if !strings.HasPrefix(v.GetField(), "[0]") {
+					t.Fatalf("violation of %q outside the element", v.GetField())
+				}
+			}
+			return
+		}
+		if it.ev == nil || it.field == nil || it.ev.Uid == "" || it.ev.Reason == "" || it.ev.Regarding.GetName() == "" {
+			t.Fatalf("an accepted element has no event: %v", it.ev)
+		}
+		if it.ev.Annotations[CEIDAnnotation] == "" || it.ev.Annotations[CESourceAnnotation] == "" {
+			t.Fatalf("id or source not kept: %v", it.ev.Annotations)
+		}
+		if len(it.ev.Note) > 64 {
+			t.Fatalf("note of %d bytes over the limit", len(it.ev.Note))
+		}
+	})
+}

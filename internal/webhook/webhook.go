@@ -1,16 +1,19 @@
 // Package webhook takes events in over HTTP in the shapes other systems
 // already send: a batched events.k8s.io/v1 EventList (POST /webhook/events,
-// the audit-webhook style of the design doc) and Flux notification-controller
-// event payloads (POST /webhook/flux, with Flux RFC-0008 metadata rules).
+// the audit-webhook style of the design doc), Flux notification-controller
+// event payloads (POST /webhook/flux, with Flux RFC-0008 metadata rules)
+// and CloudEvents over HTTP (POST /webhook/cloudevents: structured, binary
+// and batched modes, read with the CloudEvents Go SDK).
 //
-// Both are clients of the gRPC EventService over the gateway's in-process
+// All are clients of the gRPC EventService over the gateway's in-process
 // connection, forwarding the caller's credentials, so authentication,
 // authorization, validation, series and storage are exactly Emit's. Emit
-// refuses a whole batch for one bad event; the EventList handler therefore
-// groups items per tenant, and when Emit refuses a group it takes out the
-// items Emit named (validation) or splits the group per kind (authorization,
-// which depends only on tenant and kind) and emits the rest again, so that
-// good items are stored and every item gets its own result.
+// refuses a whole batch for one bad event; the EventList and CloudEvents
+// batch handlers therefore group items per tenant, and when Emit refuses a
+// group they take out the items Emit named (validation) or split the group
+// per kind (authorization, which depends only on tenant and kind) and emit
+// the rest again, so that good items are stored and every item gets its
+// own result.
 package webhook
 
 import (
@@ -56,7 +59,8 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Register serves POST /webhook/events and POST /webhook/flux on mux.
+// Register serves POST /webhook/events, POST /webhook/flux and POST
+// /webhook/cloudevents on mux.
 func Register(mux *http.ServeMux, o Options) error {
 	meta, err := newTenantMetadata(o.Flux.TenantMetadata)
 	if err != nil {
@@ -74,6 +78,7 @@ func Register(mux *http.ServeMux, o Options) error {
 	h := &handler{opts: o, em: &emitter{client: o.Client, maxBatch: o.MaxBatch}, k8s: &emitter{client: o.Client, maxBatch: o.MaxBatch, counted: true}, meta: meta}
 	mux.HandleFunc("POST "+EventsPath, h.events)
 	mux.HandleFunc("POST "+FluxPath, h.flux)
+	mux.HandleFunc("POST "+CloudEventsPath, h.cloudEvents)
 	return nil
 }
 
