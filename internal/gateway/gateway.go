@@ -127,6 +127,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	if err := g.startTelemetry(ctx, o); err != nil {
 		return nil, err
 	}
+	// Who this replica is names what it holds on the servers: its watch
+	// feed, its intake membership and its store's ingest consumer.
+	if g.replica, err = resolveReplica(cfg, g.log); err != nil {
+		return nil, err
+	}
+	g.replica.registerMetrics(g.registry)
+	g.log.Info("replica", "id", g.replica.ID, "store", g.replica.Store, "own_store", g.replica.Own, "ingest_consumer", g.replica.Consumer)
 	if err := g.startLog(ctx); err != nil {
 		return nil, err
 	}
@@ -208,7 +215,7 @@ func (g *Gateway) startLog(ctx context.Context) error {
 	if _, err := ejs.EnsureStream(sctx, g.js, eventsStreamConfig(cfg)); err != nil {
 		return err
 	}
-	g.hub, err = watch.Start(sctx, g.paths.watch.js, cfg.NATS.Stream, log, watch.NewMetrics(g.registry))
+	g.hub, err = watch.Start(sctx, g.paths.watch.js, cfg.NATS.Stream, log, watch.NewMetrics(g.registry), watch.OfReplica(g.replica.ID))
 	return err
 }
 
@@ -222,11 +229,6 @@ func (g *Gateway) startStore(ctx context.Context) error {
 		chcfg.DataDir = filepath.Join(dir, "clickhouse")
 	}
 	var err error
-	if g.replica, err = resolveReplica(cfg, g.log); err != nil {
-		return err
-	}
-	g.replica.registerMetrics(g.registry)
-	g.log.Info("replica", "id", g.replica.ID, "store", g.replica.Store, "own_store", g.replica.Own, "ingest_consumer", g.replica.Consumer)
 	if g.store, err = clickhouse.Open(ctx, chcfg, g.log); err != nil {
 		return err
 	}
@@ -279,7 +281,7 @@ func (g *Gateway) startIntake(ctx context.Context) (service.Intake, error) {
 	icfg.Duplicates = max(icfg.Duplicates, g.cfg.NATS.Duplicates)
 	var err error
 	if g.intake, err = intake.Start(ctx, g.nc, g.js, icfg, g.log, g.registry,
-		intake.CallVia(g.paths.emit.js), intake.WriteVia(g.paths.write.js, g.cfg.NATS.Stream)); err != nil {
+		intake.CallVia(g.paths.emit.js), intake.WriteVia(g.paths.write.js, g.cfg.NATS.Stream), intake.AsMember(g.replica.ID)); err != nil {
 		return nil, err
 	}
 	return g.intake, nil

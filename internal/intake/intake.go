@@ -166,6 +166,11 @@ func WriteVia(js jetstream.JetStream, stream string) StartOption {
 	return func(in *Intake) { in.pub = ejs.NewPublisher(js, stream) }
 }
 
+// AsMember announces this intake to the others under id (the replica id)
+// instead of an id of its own start: a replica restarted on its data
+// directory is the same member, not a new one beside a stale one.
+func AsMember(id string) StartOption { return func(in *Intake) { in.members.id = id } }
+
 // start is Start with the checkpoint chunk size forced (tests), or derived
 // from the connection's maximum payload when 0.
 func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, log *slog.Logger, reg prometheus.Registerer, chunk int, opts ...StartOption) (*Intake, error) {

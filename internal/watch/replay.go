@@ -118,7 +118,7 @@ func (h *Hub) replayConsumer(ctx context.Context, o event.WatchOptions, after ui
 	cfg := jetstream.ConsumerConfig{
 		// Named here, so that it can be deleted even if the request that
 		// made it is cancelled before the answer.
-		Name:              "watch_" + nuid.Next(),
+		Name:              h.replayName(),
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       after + 1,
 		AckPolicy:         jetstream.AckNonePolicy,
@@ -169,4 +169,13 @@ func (h *Hub) deleteConsumer(ctx context.Context, name string) {
 // exists (the server deleted it as inactive).
 func consumerGone(err error) bool {
 	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// replayName is a new replay consumer's name, after the replica's id when
+// it has one.
+func (h *Hub) replayName() string {
+	if h.replica == "" {
+		return "watch_" + nuid.Next()
+	}
+	return "watch_" + h.replica + "_" + nuid.Next()
 }

@@ -34,6 +34,7 @@ type Hub struct {
 	stream  jetstream.Stream
 	log     *slog.Logger
 	metrics *Metrics
+	replica string // names its consumers (OfReplica)
 
 	mu       sync.Mutex
 	last     uint64 // last sequence dispatched
@@ -46,8 +47,17 @@ type Hub struct {
 	wg   sync.WaitGroup
 }
 
+// Option configures a Hub.
+type Option func(*Hub)
+
+// OfReplica names the consumers the hub makes on the server after the
+// replica id: its feed "watch-feed-<id>_<n>" and each replay
+// "watch_<id>_<unique>", so that an operator can tell whose they are. The
+// id must be a valid consumer name token (letters, digits, '-', '_').
+func OfReplica(id string) Option { return func(h *Hub) { h.replica = id } }
+
 // Start starts the live feed at the end of the stream.
-func Start(ctx context.Context, js jetstream.JetStream, streamName string, log *slog.Logger, m *Metrics) (*Hub, error) {
+func Start(ctx context.Context, js jetstream.JetStream, streamName string, log *slog.Logger, m *Metrics, opts ...Option) (*Hub, error) {
 	s, err := js.Stream(ctx, streamName)
 	if err != nil {
 		return nil, fmt.Errorf("watch feed: stream %s: %w", streamName, err)
@@ -69,7 +79,15 @@ func Start(ctx context.Context, js jetstream.JetStream, streamName string, log *
 		watchers: make(map[*watcher]struct{}),
 		done:     make(chan struct{}),
 	}
+	for _, o := range opts {
+		o(h)
+	}
+	feed := ""
+	if h.replica != "" {
+		feed = "watch-feed-" + h.replica
+	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		NamePrefix:     feed,
 		FilterSubjects: []string{ejs.SubjectsAll},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    info.State.LastSeq + 1,

@@ -1,0 +1,52 @@
+package watch
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/natstest"
+)
+
+// An operator listing the events stream's consumers can tell which
+// replica's watch feed and replays they are.
+func TestConsumersAreNamedAfterTheReplica(t *testing.T) {
+	ns := natstest.StartServer(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := ejs.DefaultConfig()
+	s, err := ejs.EnsureStream(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := Start(ctx, js, cfg.Stream, nil, nil, OfReplica("pod-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+
+	var names []string
+	for name := range s.ConsumerNames(ctx).Name() {
+		names = append(names, name)
+	}
+	if len(names) != 1 || !strings.HasPrefix(names[0], "watch-feed-pod-0_") {
+		t.Errorf("consumers %q, want the one feed named watch-feed-pod-0_<n>", names)
+	}
+	if got := h.replayName(); !strings.HasPrefix(got, "watch_pod-0_") || got == h.replayName() {
+		t.Errorf("replay consumer name %q, want watch_pod-0_<unique>", got)
+	}
+}
