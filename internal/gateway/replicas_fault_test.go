@@ -343,15 +343,22 @@ func replicaFaults(t *testing.T, n int, extra []string, checkReplicas func(t *te
 	if len(acked) < 1000 {
 		t.Fatalf("only %d events acknowledged", len(acked))
 	}
+	expectWatchSawEachOnce(t, watched, acked)
+	expectEveryReplicaReturnsEachOnce(t, ps, ids, acked)
+}
+
+// expectWatchSawEachOnce waits until the watch has seen every acknowledged
+// event exactly once, in resourceVersion order: without a gap or a
+// duplicate, failed over or not.
+func expectWatchSawEachOnce(t *testing.T, watched *watchLog, acked map[string]bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// The watcher on the killed replica resumed on another without a gap
-	// or a duplicate.
 	for {
 		rvs, uids := watched.seen()
 		for i := 1; i < len(rvs); i++ {
 			if rvs[i] <= rvs[i-1] {
-				t.Fatalf("the failed-over watch went from resourceVersion %d to %d", rvs[i-1], rvs[i])
+				t.Fatalf("the watch went from resourceVersion %d to %d", rvs[i-1], rvs[i])
 			}
 		}
 		missing := 0
@@ -361,15 +368,23 @@ func replicaFaults(t *testing.T, n int, extra []string, checkReplicas func(t *te
 			}
 		}
 		if missing == 0 {
-			t.Logf("the watch failed over from the killed replica and saw all %d acknowledged events once (%d in all)", len(acked), len(rvs))
-			break
+			t.Logf("the watch saw all %d acknowledged events once (%d in all)", len(acked), len(rvs))
+			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the failed-over watch missed (or repeated) %d of %d acknowledged events", missing, len(acked))
+			t.Fatalf("the watch missed (or repeated) %d of %d acknowledged events", missing, len(acked))
 		case <-time.After(200 * time.Millisecond): // the watch delivering
 		}
 	}
+}
+
+// expectEveryReplicaReturnsEachOnce waits until a Query to each replica
+// returns every acknowledged event, and fails if one returns any twice.
+func expectEveryReplicaReturnsEachOnce(t *testing.T, ps []*replicaProcess, ids []readyReplica, acked map[string]bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	for i, p := range ps {
 		for {
 			seen, rv, err := queryCounts(ctx, p.client, "Fault")
