@@ -53,9 +53,10 @@ type Noisy struct {
 	AOffered              int // events
 }
 
-// RunNoisy runs B for d with its watchers, beside A's flood when flood;
-// tenants are named after run so that runs do not share series.
-func RunNoisy(ctx context.Context, g *Gateway, run string, flood bool, d time.Duration) (*Noisy, error) {
+// RunNoisy runs B for d with its watchers, beside A emitting aFactor times
+// its limit (0: B alone); tenants are named after run so that runs do not
+// share series.
+func RunNoisy(ctx context.Context, g *Gateway, run string, aFactor int, d time.Duration) (*Noisy, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := &eventgatev1.Tenant{Type: "project", Name: "noisy-b-" + run}
@@ -104,14 +105,14 @@ func RunNoisy(ctx context.Context, g *Gateway, run string, flood bool, d time.Du
 		}()
 	}
 
-	if flood {
+	if aFactor > 0 {
 		aConn, err := g.Conn()
 		if err != nil {
 			return nil, err
 		}
 		defer aConn.Close()
 		aClient := eventgatev1.NewEventServiceClient(aConn)
-		perCaller := NoisyALimit * NoisyFlood / NoisyBatch / NoisyCallers // calls/s
+		perCaller := NoisyALimit * aFactor / NoisyBatch / NoisyCallers // calls/s
 		for c := 0; c < NoisyCallers; c++ {
 			wg.Add(1)
 			go func() {
@@ -219,41 +220,59 @@ func (r *runner) noisy(ctx context.Context) {
 		return
 	}
 	defer g.Stop()
-	var solo, flood []*Noisy
+	// Each run: B alone, B beside A at exactly its limit (the floor: what
+	// A may do costs B that much however well its excess is refused), and
+	// B beside A's flood.
+	var solo, atLimit, flood []*Noisy
+	type bRun struct {
+		tenant string
+		sent   int
+	}
+	var bRuns []bRun
 	for i := 0; i < sc.Runs; i++ {
-		for _, f := range []bool{false, true} {
-			run := fmt.Sprintf("%d-%t", i, f)
-			n, err := RunNoisy(ctx, g, run, f, sc.LatencyDuration)
+		for _, factor := range []int{0, 1, NoisyFlood} {
+			run := fmt.Sprintf("%d-%d", i, factor)
+			n, err := RunNoisy(ctx, g, run, factor, sc.LatencyDuration)
 			if err != nil {
 				r.rep.Failed(SecNoisy, "B ack p99 flood ÷ solo", "ratio", Below(2), err)
 				return
 			}
 			r.logf("noisy run %s: B %d acked (%d failed), ack p99 %.1f ms, emit→watch p99 %.1f ms over %d deliveries; A %d events offered: %d calls OK, %d limited, %d other",
 				run, n.BSent, n.BFail, Percentile(n.BAck, 0.99), Percentile(n.BWatch, 0.99), len(n.BWatch), n.AOffered, n.AOK, n.ALimited, n.AOther)
-			if f {
-				flood = append(flood, n)
-			} else {
+			bRuns = append(bRuns, bRun{"noisy-b-" + run, n.BSent})
+			switch factor {
+			case 0:
 				solo = append(solo, n)
+			case 1:
+				atLimit = append(atLimit, n)
+			default:
+				flood = append(flood, n)
 			}
 		}
 	}
-	var ackSolo, ackFlood, ackRatio, watchSolo, watchFlood, watchRatio, limitedShare, other []float64
+	var ackSolo, ackLimit, ackFlood, ackLimitRatio, ackRatio, watchSolo, watchLimit, watchFlood, watchLimitRatio, watchRatio, limitedShare, other []float64
 	for i := range flood {
-		as, af := Percentile(solo[i].BAck, 0.99), Percentile(flood[i].BAck, 0.99)
-		ws, wf := Percentile(solo[i].BWatch, 0.99), Percentile(flood[i].BWatch, 0.99)
-		ackSolo, ackFlood, ackRatio = append(ackSolo, as), append(ackFlood, af), append(ackRatio, af/as)
-		watchSolo, watchFlood, watchRatio = append(watchSolo, ws), append(watchFlood, wf), append(watchRatio, wf/ws)
+		as, al, af := Percentile(solo[i].BAck, 0.99), Percentile(atLimit[i].BAck, 0.99), Percentile(flood[i].BAck, 0.99)
+		ws, wl, wf := Percentile(solo[i].BWatch, 0.99), Percentile(atLimit[i].BWatch, 0.99), Percentile(flood[i].BWatch, 0.99)
+		ackSolo, ackLimit, ackFlood = append(ackSolo, as), append(ackLimit, al), append(ackFlood, af)
+		ackLimitRatio, ackRatio = append(ackLimitRatio, al/as), append(ackRatio, af/as)
+		watchSolo, watchLimit, watchFlood = append(watchSolo, ws), append(watchLimit, wl), append(watchFlood, wf)
+		watchLimitRatio, watchRatio = append(watchLimitRatio, wl/ws), append(watchRatio, wf/ws)
 		calls := flood[i].AOK + flood[i].ALimited + flood[i].AOther
 		limitedShare = append(limitedShare, float64(flood[i].ALimited)/float64(max(calls, 1)))
-		other = append(other, float64(flood[i].AOther+solo[i].BFail+flood[i].BFail))
+		other = append(other, float64(flood[i].AOther+atLimit[i].AOther+solo[i].BFail+atLimit[i].BFail+flood[i].BFail))
 	}
 	note := fmt.Sprintf("A floods %d events/s (%d× its limit of %d/s) with %d callers of %d events; B emits %d events/s, one per Emit, to %d watchers; %v per run",
 		NoisyALimit*NoisyFlood, NoisyFlood, NoisyALimit, NoisyCallers, NoisyBatch, NoisyBRate, NoisyWatchers, sc.LatencyDuration)
 	r.rep.Add(SecNoisy, "B ack p99, alone", "ms", ackSolo, nil, note)
+	r.rep.Add(SecNoisy, "B ack p99, beside A at its limit", "ms", ackLimit, nil, fmt.Sprintf("A emits %d events/s, all allowed: the floor of the flood's figure", NoisyALimit))
 	r.rep.Add(SecNoisy, "B ack p99, beside A's flood", "ms", ackFlood, nil, "")
+	r.rep.Add(SecNoisy, "B ack p99 at limit ÷ solo (floor)", "ratio", ackLimitRatio, nil, "")
 	r.rep.Add(SecNoisy, "B ack p99 flood ÷ solo", "ratio", ackRatio, Below(2), "")
 	r.rep.Add(SecNoisy, "B emit→watch p99, alone", "ms", watchSolo, nil, "every watcher of B, events stored as new")
+	r.rep.Add(SecNoisy, "B emit→watch p99, beside A at its limit", "ms", watchLimit, nil, "")
 	r.rep.Add(SecNoisy, "B emit→watch p99, beside A's flood", "ms", watchFlood, nil, "")
+	r.rep.Add(SecNoisy, "B emit→watch p99 at limit ÷ solo (floor)", "ratio", watchLimitRatio, nil, "")
 	r.rep.Add(SecNoisy, "B emit→watch p99 flood ÷ solo", "ratio", watchRatio, Below(2), "")
 	r.rep.Add(SecNoisy, "A calls answered ResourceExhausted + RetryInfo", "share", limitedShare, nil, "the rest were accepted")
 	r.rep.Add(SecNoisy, "A errors and timeouts, B failures", "calls", other, Below(1), "anything but OK or ResourceExhausted with RetryInfo")
@@ -261,17 +280,16 @@ func (r *runner) noisy(ctx context.Context) {
 	// B's series counts reach the store with the next flush.
 	flush := config.Default().Intake.Series.FlushInterval
 	exact := 0.0
-	for i, n := range append(solo, flood...) {
-		tenant := "noisy-b-" + fmt.Sprintf("%d-%t", i%len(solo), i >= len(solo))
+	for _, b := range bRuns {
 		var got int64
 		err := waitEvery(ctx, flush+time.Minute, time.Second, func() (bool, error) {
-			_, c, err := StormCounts(ctx, g, tenant)
+			_, c, err := StormCounts(ctx, g, b.tenant)
 			got = c
-			return c >= int64(n.BSent), err
+			return c >= int64(b.sent), err
 		})
-		if err != nil || got != int64(n.BSent) {
+		if err != nil || got != int64(b.sent) {
 			exact++
-			r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("noisy %s: stored counts add up to %d of %d occurrences (%v)", tenant, got, n.BSent, err))
+			r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("noisy %s: stored counts add up to %d of %d occurrences (%v)", b.tenant, got, b.sent, err))
 		}
 	}
 	r.rep.Add(SecNoisy, "B runs whose series counts are not exact", "runs", []float64{exact}, Below(1), "stored series counts of B add up to its acknowledged occurrences")
