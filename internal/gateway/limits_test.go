@@ -186,8 +186,8 @@ func TestEmitRateLimitOnEveryTransport(t *testing.T) {
 		}
 		first, err := stream.Recv()
 		if err != nil || first.GetBatchId() != "limited" || first.GetError().GetCode() != codes.ResourceExhausted.String() ||
-			!strings.Contains(first.GetError().GetMessage(), "retry in") {
-			t.Fatalf("ack of the limited batch: %v %v, want a ResourceExhausted error ack saying when to retry", first, err)
+			!strings.Contains(first.GetError().GetMessage(), "retry in") || first.GetError().GetRetryAfter().AsDuration() <= 0 {
+			t.Fatalf("ack of the limited batch: %v %v, want a ResourceExhausted error ack saying when to retry (retryAfter)", first, err)
 		}
 		second, err := stream.Recv()
 		if err != nil || second.GetBatchId() != "other" || second.GetError() != nil || len(second.GetResults()) != 1 {

@@ -248,10 +248,13 @@ func emitError(err error) *eventgatev1.EmitError {
 	st := status.Convert(err)
 	e := &eventgatev1.EmitError{Code: st.Code().String(), Message: st.Message()}
 	for _, d := range st.Details() {
-		if br, ok := d.(*errdetails.BadRequest); ok {
-			for _, v := range br.GetFieldViolations() {
+		switch d := d.(type) {
+		case *errdetails.BadRequest:
+			for _, v := range d.GetFieldViolations() {
 				e.FieldViolations = append(e.FieldViolations, &eventgatev1.FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
 			}
+		case *errdetails.RetryInfo:
+			e.RetryAfter = d.GetRetryDelay()
 		}
 	}
 	return e

@@ -502,8 +502,11 @@ type EmitError struct {
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// The offending fields, for InvalidArgument.
 	FieldViolations []*FieldViolation `protobuf:"bytes,3,rep,name=field_violations,json=fieldViolations,proto3" json:"field_violations,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// For ResourceExhausted (a rate limit): when the batch may be sent again,
+	// as the RetryInfo of a unary Emit says.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EmitError) Reset() {
@@ -553,6 +556,13 @@ func (x *EmitError) GetMessage() string {
 func (x *EmitError) GetFieldViolations() []*FieldViolation {
 	if x != nil {
 		return x.FieldViolations
+	}
+	return nil
+}
+
+func (x *EmitError) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
 	}
 	return nil
 }
@@ -1297,11 +1307,13 @@ const file_eventgate_v1_event_service_proto_rawDesc = "" +
 	"\x12EmitStreamResponse\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x122\n" +
 	"\aresults\x18\x02 \x03(\v2\x18.eventgate.v1.EmitResultR\aresults\x12-\n" +
-	"\x05error\x18\x03 \x01(\v2\x17.eventgate.v1.EmitErrorR\x05error\"\x82\x01\n" +
+	"\x05error\x18\x03 \x01(\v2\x17.eventgate.v1.EmitErrorR\x05error\"\xbe\x01\n" +
 	"\tEmitError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12G\n" +
-	"\x10field_violations\x18\x03 \x03(\v2\x1c.eventgate.v1.FieldViolationR\x0ffieldViolations\"H\n" +
+	"\x10field_violations\x18\x03 \x03(\v2\x1c.eventgate.v1.FieldViolationR\x0ffieldViolations\x12:\n" +
+	"\vretry_after\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"H\n" +
 	"\x0eFieldViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\"\x90\x03\n" +
@@ -1433,35 +1445,36 @@ var file_eventgate_v1_event_service_proto_depIdxs = []int32{
 	4,  // 6: eventgate.v1.EmitStreamResponse.results:type_name -> eventgate.v1.EmitResult
 	7,  // 7: eventgate.v1.EmitStreamResponse.error:type_name -> eventgate.v1.EmitError
 	8,  // 8: eventgate.v1.EmitError.field_violations:type_name -> eventgate.v1.FieldViolation
-	18, // 9: eventgate.v1.StreamWatchRequest.tenant:type_name -> eventgate.v1.Tenant
-	19, // 10: eventgate.v1.StreamWatchRequest.bookmark_interval:type_name -> google.protobuf.Duration
-	17, // 11: eventgate.v1.StreamWatchResponse.object:type_name -> eventgate.v1.Event
-	18, // 12: eventgate.v1.QueryRequest.tenant:type_name -> eventgate.v1.Tenant
-	11, // 13: eventgate.v1.QueryRequest.regarding:type_name -> eventgate.v1.ObjectSelector
-	11, // 14: eventgate.v1.QueryRequest.related:type_name -> eventgate.v1.ObjectSelector
-	11, // 15: eventgate.v1.QueryRequest.involving:type_name -> eventgate.v1.ObjectSelector
-	16, // 16: eventgate.v1.QueryRequest.labels:type_name -> eventgate.v1.QueryRequest.LabelsEntry
-	20, // 17: eventgate.v1.QueryRequest.since:type_name -> google.protobuf.Timestamp
-	20, // 18: eventgate.v1.QueryRequest.until:type_name -> google.protobuf.Timestamp
-	1,  // 19: eventgate.v1.QueryRequest.order:type_name -> eventgate.v1.Order
-	17, // 20: eventgate.v1.QueryResponse.events:type_name -> eventgate.v1.Event
-	18, // 21: eventgate.v1.GetRequest.tenant:type_name -> eventgate.v1.Tenant
-	17, // 22: eventgate.v1.GetResponse.event:type_name -> eventgate.v1.Event
-	2,  // 23: eventgate.v1.EventService.Emit:input_type -> eventgate.v1.EmitRequest
-	5,  // 24: eventgate.v1.EventService.EmitStream:input_type -> eventgate.v1.EmitStreamRequest
-	9,  // 25: eventgate.v1.EventService.StreamWatch:input_type -> eventgate.v1.StreamWatchRequest
-	12, // 26: eventgate.v1.EventService.Query:input_type -> eventgate.v1.QueryRequest
-	14, // 27: eventgate.v1.EventService.Get:input_type -> eventgate.v1.GetRequest
-	3,  // 28: eventgate.v1.EventService.Emit:output_type -> eventgate.v1.EmitResponse
-	6,  // 29: eventgate.v1.EventService.EmitStream:output_type -> eventgate.v1.EmitStreamResponse
-	10, // 30: eventgate.v1.EventService.StreamWatch:output_type -> eventgate.v1.StreamWatchResponse
-	13, // 31: eventgate.v1.EventService.Query:output_type -> eventgate.v1.QueryResponse
-	15, // 32: eventgate.v1.EventService.Get:output_type -> eventgate.v1.GetResponse
-	28, // [28:33] is the sub-list for method output_type
-	23, // [23:28] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	19, // 9: eventgate.v1.EmitError.retry_after:type_name -> google.protobuf.Duration
+	18, // 10: eventgate.v1.StreamWatchRequest.tenant:type_name -> eventgate.v1.Tenant
+	19, // 11: eventgate.v1.StreamWatchRequest.bookmark_interval:type_name -> google.protobuf.Duration
+	17, // 12: eventgate.v1.StreamWatchResponse.object:type_name -> eventgate.v1.Event
+	18, // 13: eventgate.v1.QueryRequest.tenant:type_name -> eventgate.v1.Tenant
+	11, // 14: eventgate.v1.QueryRequest.regarding:type_name -> eventgate.v1.ObjectSelector
+	11, // 15: eventgate.v1.QueryRequest.related:type_name -> eventgate.v1.ObjectSelector
+	11, // 16: eventgate.v1.QueryRequest.involving:type_name -> eventgate.v1.ObjectSelector
+	16, // 17: eventgate.v1.QueryRequest.labels:type_name -> eventgate.v1.QueryRequest.LabelsEntry
+	20, // 18: eventgate.v1.QueryRequest.since:type_name -> google.protobuf.Timestamp
+	20, // 19: eventgate.v1.QueryRequest.until:type_name -> google.protobuf.Timestamp
+	1,  // 20: eventgate.v1.QueryRequest.order:type_name -> eventgate.v1.Order
+	17, // 21: eventgate.v1.QueryResponse.events:type_name -> eventgate.v1.Event
+	18, // 22: eventgate.v1.GetRequest.tenant:type_name -> eventgate.v1.Tenant
+	17, // 23: eventgate.v1.GetResponse.event:type_name -> eventgate.v1.Event
+	2,  // 24: eventgate.v1.EventService.Emit:input_type -> eventgate.v1.EmitRequest
+	5,  // 25: eventgate.v1.EventService.EmitStream:input_type -> eventgate.v1.EmitStreamRequest
+	9,  // 26: eventgate.v1.EventService.StreamWatch:input_type -> eventgate.v1.StreamWatchRequest
+	12, // 27: eventgate.v1.EventService.Query:input_type -> eventgate.v1.QueryRequest
+	14, // 28: eventgate.v1.EventService.Get:input_type -> eventgate.v1.GetRequest
+	3,  // 29: eventgate.v1.EventService.Emit:output_type -> eventgate.v1.EmitResponse
+	6,  // 30: eventgate.v1.EventService.EmitStream:output_type -> eventgate.v1.EmitStreamResponse
+	10, // 31: eventgate.v1.EventService.StreamWatch:output_type -> eventgate.v1.StreamWatchResponse
+	13, // 32: eventgate.v1.EventService.Query:output_type -> eventgate.v1.QueryResponse
+	15, // 33: eventgate.v1.EventService.Get:output_type -> eventgate.v1.GetResponse
+	29, // [29:34] is the sub-list for method output_type
+	24, // [24:29] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_eventgate_v1_event_service_proto_init() }
