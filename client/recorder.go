@@ -356,6 +356,9 @@ func (r *Recorder) run() {
 		}
 		wait := jitter(backoff)
 		backoff = min(backoff*2, r.opts.MaxBackoff)
+		if re := (*RefusedError)(nil); errors.As(err, &re) && re.RetryAfter > wait {
+			wait = re.RetryAfter // a rate limit's own delay
+		}
 		r.retries.Add(1)
 		if f := r.opts.Metrics.OnRetry; f != nil {
 			f(err, wait)
@@ -541,8 +544,23 @@ func (r *Recorder) acknowledged(b *batch, resp *eventgatev1.EmitStreamResponse) 
 		return nil, nil
 	}
 	// Unavailable, ResourceExhausted…: the same events again (their uids
-	// make the retry idempotent).
-	return b, fmt.Errorf("eventgate recorder: batch refused: %s: %s", e.GetCode(), e.GetMessage())
+	// make the retry idempotent), not before the gateway said.
+	return b, &RefusedError{Code: e.GetCode(), Message: e.GetMessage(), RetryAfter: e.GetRetryAfter().AsDuration()}
+}
+
+// RefusedError is a batch the gateway refused for now (Metrics.OnRetry
+// gets it); the recorder sends it again after the backoff, or after
+// RetryAfter when the gateway said (a rate limit).
+type RefusedError struct {
+	// Code is the gRPC status code's name, e.g. "ResourceExhausted".
+	Code, Message string
+	// RetryAfter is when the gateway said to send the batch again (0: not
+	// said).
+	RetryAfter time.Duration
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("eventgate recorder: batch refused: %s: %s", e.Code, e.Message)
 }
 
 // objectLimiter is a token bucket per regarding object.
