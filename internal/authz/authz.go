@@ -31,10 +31,13 @@ const (
 	VerbWatch     Verb = "watch"
 	VerbQuery     Verb = "query" // Query and Get
 	VerbAnalytics Verb = "analytics"
+	// VerbRules manages a tenant's rules (RulesService); a rule also needs
+	// the watch verb on its tenant, since it sees what a watch would.
+	VerbRules Verb = "rules"
 )
 
 // Verbs lists every verb.
-var Verbs = []Verb{VerbEmit, VerbWatch, VerbQuery, VerbAnalytics}
+var Verbs = []Verb{VerbEmit, VerbWatch, VerbQuery, VerbAnalytics, VerbRules}
 
 func (v Verb) valid() bool { return slices.Contains(Verbs, v) }
 

@@ -1,0 +1,329 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/eventgate/eventgate/internal/rules"
+)
+
+// Config configures delivery.
+type Config struct {
+	// Backoff is the delay before the first retry; each retry doubles it,
+	// up to MaxBackoff.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+	// RetryFor: a notification still undelivered this long after it was
+	// queued is a dead letter.
+	RetryFor time.Duration
+	// PauseAfter: a destination failing for this long pauses its rule.
+	PauseAfter time.Duration
+	// Timeout bounds one attempt.
+	Timeout time.Duration
+	// Retention of the delivery log.
+	Retention time.Duration
+	Replicas  int
+}
+
+// DefaultConfig is the configuration of a gateway: retries over 6 hours.
+func DefaultConfig() Config {
+	return Config{
+		Backoff:    5 * time.Second,
+		MaxBackoff: 30 * time.Minute,
+		RetryFor:   6 * time.Hour,
+		PauseAfter: time.Hour,
+		Timeout:    10 * time.Second,
+		Retention:  7 * 24 * time.Hour,
+		Replicas:   1,
+	}
+}
+
+// Validate checks a configuration.
+func (c Config) Validate() error {
+	switch {
+	case c.Backoff <= 0 || c.MaxBackoff < c.Backoff:
+		return fmt.Errorf("notify: backoff (%s) must be positive and at most the max backoff (%s)", c.Backoff, c.MaxBackoff)
+	case c.RetryFor <= 0 || c.PauseAfter <= 0:
+		return errors.New("notify: the retry period and the pause delay must be positive")
+	case c.Timeout <= 0:
+		return errors.New("notify: the attempt timeout must be positive")
+	}
+	return nil
+}
+
+// PauseFunc is told when a rule is paused because its destination kept
+// failing (the gateway emits an event about it).
+type PauseFunc func(ctx context.Context, r *rules.Rule, reason string)
+
+// Dispatcher runs a delivery worker for each rule whose shard this replica
+// owns.
+type Dispatcher struct {
+	cfg     Config
+	js      jetstream.JetStream
+	engine  *rules.Engine
+	store   *rules.Store
+	log     *slog.Logger
+	notify  jetstream.Stream
+	logS    jetstream.Stream // the delivery log
+	onPause PauseFunc
+	sender  *sender
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Start starts delivering. nc publishes to NATS destinations.
+func Start(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, engine *rules.Engine, store *rules.Store, cfg Config, onPause PauseFunc, log *slog.Logger) (*Dispatcher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s, err := newSender(cfg.Timeout, nc)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{cfg: cfg, js: js, engine: engine, store: store, log: log.With("component", "notify"),
+		notify: engine.Stream(), onPause: onPause, sender: s}
+	if d.logS, err = ensureLog(ctx, js, cfg.Retention, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.reconcile(rctx)
+	}()
+	return d, nil
+}
+
+// Stop stops every worker; what they did not acknowledge is delivered
+// again by the next owner.
+func (d *Dispatcher) Stop() {
+	d.cancel()
+	d.wg.Wait()
+}
+
+func consumerName(ruleUID string) string { return "rule-" + ruleUID }
+
+// reconcile keeps one worker per owned, unpaused rule.
+func (d *Dispatcher) reconcile(ctx context.Context) {
+	type running struct {
+		w      *worker
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	run := map[string]*running{}
+	stop := func(uid string) {
+		r := run[uid]
+		r.cancel()
+		<-r.done
+		delete(run, uid)
+	}
+	defer func() {
+		for uid := range run {
+			stop(uid)
+		}
+	}()
+	for {
+		all, storeChanged := d.store.Snapshot()
+		_, ownChanged := d.engine.Owns("")
+		want := map[string]*rules.Rule{}
+		for _, r := range all {
+			if owned, _ := d.engine.Owns(r.UID); owned {
+				want[r.UID] = r
+			}
+		}
+		for uid, r := range run {
+			if rule := want[uid]; rule == nil || rule.Paused {
+				stop(uid)
+				if rule == nil && !d.exists(all, uid) {
+					// Deleted: its queue goes with it.
+					dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_ = d.notify.DeleteConsumer(dctx, consumerName(uid))
+					cancel()
+				}
+				continue
+			}
+			r.w.setRule(want[uid])
+		}
+		for uid, rule := range want {
+			if run[uid] != nil || rule.Paused {
+				continue
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			w := &worker{d: d, rule: rule, log: d.log.With("rule", rule.ID())}
+			r := &running{w: w, cancel: cancel, done: make(chan struct{})}
+			run[uid] = r
+			go func() {
+				defer close(r.done)
+				w.run(wctx)
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-storeChanged:
+		case <-ownChanged:
+		}
+	}
+}
+
+func (d *Dispatcher) exists(all []*rules.Rule, uid string) bool {
+	for _, r := range all {
+		if r.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// worker delivers one rule's queue, one notification at a time.
+type worker struct {
+	d   *Dispatcher
+	log *slog.Logger
+
+	mu           sync.Mutex
+	rule         *rules.Rule
+	failingSince time.Time
+}
+
+func (w *worker) setRule(r *rules.Rule) {
+	w.mu.Lock()
+	w.rule = r
+	w.mu.Unlock()
+}
+
+func (w *worker) current() *rules.Rule {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rule
+}
+
+func (w *worker) run(ctx context.Context) {
+	uid := w.current().UID
+	var cons jetstream.Consumer
+	for ctx.Err() == nil {
+		var err error
+		cons, err = w.d.notify.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       consumerName(uid),
+			Description:   "delivery of rule " + w.current().ID(),
+			FilterSubject: rules.NotifySubject(uid),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       w.d.cfg.Timeout + 10*time.Second,
+			MaxDeliver:    -1,
+			MaxAckPending: 1000,
+		})
+		if err == nil {
+			break
+		}
+		w.log.Warn("notify: delivery consumer", "err", err)
+		sleep(ctx, time.Second)
+	}
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Debug("notify: fetch", "err", err)
+				sleep(ctx, 250*time.Millisecond)
+			}
+			continue
+		}
+		for m := range batch.Messages() {
+			if ctx.Err() != nil {
+				break // unacknowledged: delivered again, here or elsewhere
+			}
+			w.deliver(ctx, m)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// backoff is the delay after the attempt-th failed attempt.
+func (c Config) backoff(attempt uint64) time.Duration {
+	d := c.Backoff
+	for i := uint64(1); i < attempt && d < c.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, c.MaxBackoff)
+}
+
+func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		_ = m.Term()
+		return
+	}
+	var n rules.Notification
+	if err := json.Unmarshal(m.Data(), &n); err != nil {
+		w.log.Error("notify: undecodable notification", "seq", meta.Sequence.Stream, "err", err)
+		_ = m.Term()
+		return
+	}
+	rule := w.current()
+	_ = m.InProgress()
+	actx, cancel := context.WithTimeout(ctx, w.d.cfg.Timeout)
+	start := time.Now()
+	out := w.d.sender.send(actx, rule.Destination, &n, m.Data())
+	cancel()
+	if ctx.Err() != nil {
+		return // stopping: not an attempt; delivered again
+	}
+	rec := Record{NotificationID: n.ID, Seq: meta.Sequence.Stream, State: n.State, EventUID: n.EventUID(), Created: n.Time,
+		Time: start.UTC(), Latency: time.Since(start), Code: out.code}
+	now := time.Now()
+	if out.err == nil {
+		rec.Status = StatusDelivered
+		_ = m.DoubleAck(ctx)
+		w.failingSince = time.Time{}
+	} else {
+		rec.Error = out.err.Error()
+		if w.failingSince.IsZero() {
+			w.failingSince = now
+		}
+		if now.Sub(meta.Timestamp) >= w.d.cfg.RetryFor {
+			rec.Status = StatusDead
+			_ = m.Term()
+		} else {
+			rec.Status = StatusRetrying
+			_ = m.NakWithDelay(w.d.cfg.backoff(meta.NumDelivered))
+		}
+	}
+	w.record(ctx, rule.UID, rec)
+	if out.err != nil && now.Sub(w.failingSince) >= w.d.cfg.PauseAfter {
+		reason := fmt.Sprintf("destination failing since %s: %s", w.failingSince.UTC().Format(time.RFC3339), rec.Error)
+		if err := w.d.store.Pause(ctx, rule.Tenant, rule.Name, rule.UID, reason); err != nil {
+			w.log.Warn("notify: pause rule", "err", err)
+			return
+		}
+		w.log.Warn("notify: rule paused", "reason", reason)
+		if w.d.onPause != nil {
+			w.d.onPause(ctx, rule, reason)
+		}
+		w.failingSince = time.Time{}
+	}
+}
+
+func (w *worker) record(ctx context.Context, ruleUID string, r Record) {
+	b, _ := json.Marshal(r)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := w.d.js.Publish(pctx, logSubject(ruleUID), b); err != nil {
+		w.log.Warn("notify: delivery log", "err", err)
+	}
+}
