@@ -128,8 +128,11 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		delete(run, uid)
 	}
 	defer func() {
-		for uid := range run {
-			stop(uid)
+		for _, r := range run {
+			r.cancel() // all at once: each ends within a fetch's wait
+		}
+		for _, r := range run {
+			<-r.done
 		}
 	}()
 	for {
@@ -158,6 +161,7 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 			if run[uid] != nil || rule.Paused {
 				continue
 			}
+			d.log.Debug("notify: worker starts", "rule", rule.ID())
 			wctx, cancel := context.WithCancel(ctx)
 			w := &worker{d: d, rule: rule, log: d.log.With("rule", rule.ID())}
 			r := &running{w: w, cancel: cancel, done: make(chan struct{})}
@@ -228,7 +232,7 @@ func (w *worker) run(ctx context.Context) {
 		sleep(ctx, time.Second)
 	}
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(time.Second))
+		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(500*time.Millisecond))
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Debug("notify: fetch", "err", err)
@@ -236,9 +240,14 @@ func (w *worker) run(ctx context.Context) {
 			}
 			continue
 		}
+		// The batch is read to its end even when stopping: the server may
+		// still deliver to the request until it expires, and a message
+		// left unacknowledged would wait the whole ack wait. A stopping
+		// worker gives each back at once instead.
 		for m := range batch.Messages() {
 			if ctx.Err() != nil {
-				break // unacknowledged: delivered again, here or elsewhere
+				_ = m.Nak()
+				continue
 			}
 			w.deliver(ctx, m)
 		}
@@ -276,6 +285,7 @@ func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	rule := w.current()
+	w.log.Debug("notify: deliver", "id", n.ID, "attempt", meta.NumDelivered)
 	_ = m.InProgress()
 	actx, cancel := context.WithTimeout(ctx, w.d.cfg.Timeout)
 	start := time.Now()

@@ -87,6 +87,8 @@ type Engine struct {
 	mu      sync.Mutex
 	owned   map[int]bool
 	changed chan struct{}
+	// evaluating: the rules the owned shards have taken in, by uid.
+	evaluating map[string]bool
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -98,7 +100,7 @@ func Start(ctx context.Context, js jetstream.JetStream, store *Store, cfg Config
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, js: js, store: store, log: log.With("component", "rules"), owned: map[int]bool{}, changed: make(chan struct{})}
+	e := &Engine{cfg: cfg, js: js, store: store, log: log.With("component", "rules"), owned: map[int]bool{}, changed: make(chan struct{}), evaluating: map[string]bool{}}
 	var err error
 	if e.events, err = js.Stream(ctx, cfg.EventsStream); err != nil {
 		return nil, fmt.Errorf("rules: events stream %s: %w", cfg.EventsStream, err)
@@ -159,6 +161,27 @@ func (e *Engine) Owns(uid string) (bool, <-chan struct{}) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.owned[e.ShardOf(uid)], e.changed
+}
+
+// Evaluates reports whether this replica evaluates the rule with uid: it
+// owns its shard and the shard has taken the rule in.
+func (e *Engine) Evaluates(uid string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.evaluating[uid]
+}
+
+func (e *Engine) setEvaluating(shard int, uids map[string]*compiled) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for uid := range e.evaluating {
+		if e.ShardOf(uid) == shard && uids[uid] == nil {
+			delete(e.evaluating, uid)
+		}
+	}
+	for uid := range uids {
+		e.evaluating[uid] = true
+	}
 }
 
 // OwnedShards is how many shards this replica owns.
@@ -248,6 +271,7 @@ func (e *Engine) own(ctx context.Context, shard int, leaseRev uint64, log *slog.
 	if err == nil {
 		e.setOwned(shard, true)
 		err = sh.run(octx)
+		e.setEvaluating(shard, nil)
 		e.setOwned(shard, false)
 	}
 	lost(err)

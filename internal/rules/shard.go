@@ -141,6 +141,7 @@ func (sh *shard) sync(all []*Rule) {
 		}
 	}
 	sh.rules, sh.byTen = rules, byTen
+	sh.e.setEvaluating(sh.n, rules)
 }
 
 // run evaluates the shard from its checkpoint until ctx ends.

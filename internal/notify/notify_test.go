@@ -1,0 +1,378 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"github.com/nats-io/nats.go"
+
+	"github.com/eventgate/eventgate/internal/rules"
+)
+
+const secret = "0123456789abcdef-secret"
+
+// verifying is a webhook receiver's check, as the README tells receivers
+// to do it.
+func verifying(h http.Header, body []byte) error {
+	return Verify([]byte(secret), h.Get(HeaderTimestamp), h.Get(HeaderSignature), body, 5*time.Minute, time.Now())
+}
+
+func decodeNotification(t *testing.T, b []byte) rules.Notification {
+	t.Helper()
+	var n rules.Notification
+	if err := json.Unmarshal(b, &n); err != nil {
+		t.Fatalf("notification body %s: %v", b, err)
+	}
+	return n
+}
+
+func TestFiveBackOffForOnePodWithinAMinuteFiresOnceAndResolvesOnce(t *testing.T) {
+	e := newEnv(t)
+	rep := e.start("a")
+	rc := newReceiver(t, verifying)
+	resolve := reasonFilter("Started")
+	r := e.createRule(rep, &rules.Rule{
+		Name: "backoff", Filter: reasonFilter("BackOff"), Resolve: &resolve, ResolveFieldSelector: "reason=Started",
+		Condition:   rules.Condition{Kind: rules.KindCount, Threshold: 5, Window: time.Minute},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
+	}, rep)
+
+	for i := 0; i < 7; i++ {
+		e.emit(podEvent("Warning", "BackOff", "web-1"))
+	}
+	e.emit(podEvent("Warning", "BackOff", "web-2")) // another pod: a group of its own, below 5
+	fired := rc.next(t, 10*time.Second)
+	n := decodeNotification(t, fired.body)
+	if n.State != rules.StateFiring || n.Count != 5 || n.Group["regarding"] != "v1/Pod/default/web-1" {
+		t.Fatalf("firing notification: %+v", n)
+	}
+	if fired.id != n.ID || n.ID != r.ID()+":ev-5:firing" {
+		t.Errorf("ids: header %q, body %q; want %q", fired.id, n.ID, r.ID()+":ev-5:firing")
+	}
+	e.emit(podEvent("Normal", "Started", "web-1"))
+	resolved := decodeNotification(t, rc.next(t, 10*time.Second).body)
+	if resolved.State != rules.StateResolved || resolved.ID != r.ID()+":ev-5:resolved" {
+		t.Fatalf("resolve notification: %+v", resolved)
+	}
+	rc.none(t, time.Second)
+}
+
+func TestAbsenceRuleFiresWhenTheHeartbeatStops(t *testing.T) {
+	e := newEnv(t)
+	rep := e.start("a")
+	rc := newReceiver(t, verifying)
+	e.createRule(rep, &rules.Rule{
+		Name: "heartbeat", Filter: reasonFilter("Heartbeat"),
+		Condition:   rules.Condition{Kind: rules.KindAbsence, Window: time.Second},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
+	}, rep)
+	for i := 0; i < 3; i++ {
+		e.emit(podEvent("Normal", "Heartbeat", "worker"))
+	}
+	last := time.Now()
+	n := decodeNotification(t, rc.next(t, 10*time.Second).body)
+	if n.State != rules.StateFiring || n.Condition != rules.KindAbsence {
+		t.Fatalf("absence notification: %+v", n)
+	}
+	if waited := time.Since(last); waited < time.Second {
+		t.Errorf("absence fired %s after the last heartbeat, before the 1s window", waited)
+	}
+	e.emit(podEvent("Normal", "Heartbeat", "worker"))
+	if n := decodeNotification(t, rc.next(t, 10*time.Second).body); n.State != rules.StateResolved {
+		t.Fatalf("after the heartbeat came back: %+v", n)
+	}
+}
+
+func TestReceiverDownGetsEveryNotificationOnceItIsBack(t *testing.T) {
+	e := newEnv(t)
+	rep := e.start("a")
+	rc := newReceiver(t, verifying)
+	rc.down.Store(true)
+	r := e.createRule(rep, &rules.Rule{
+		Name: "every", Filter: reasonFilter("Deployed"),
+		Condition:   rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
+	}, rep)
+	for i := 0; i < 5; i++ {
+		e.emit(podEvent("Normal", "Deployed", fmt.Sprintf("app-%d", i)))
+	}
+	// Down until every notification failed at least twice.
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ds, err := rep.disp.Deliveries(ctx, r.UID, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failedTwice := 0
+		for _, d := range ds {
+			if d.Status == StatusRetrying && len(d.Attempts) >= 2 {
+				failedTwice++
+			}
+		}
+		if failedTwice == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deliveries while down: %+v", ds)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the delivery log
+	}
+	rc.down.Store(false)
+	ids := map[string]int{}
+	for i := 0; i < 5; i++ {
+		ids[rc.next(t, 10*time.Second).id]++
+	}
+	rc.none(t, time.Second)
+	for i := 1; i <= 5; i++ {
+		if id := fmt.Sprintf("%s:ev-%d:firing", r.ID(), i); ids[id] != 1 {
+			t.Errorf("notification %s delivered %d times, want once (all: %v)", id, ids[id], ids)
+		}
+	}
+	ds, err := rep.disp.Deliveries(ctx, r.UID, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if d.Status != StatusDelivered || len(d.Attempts) < 3 || d.Attempts[0].Code != http.StatusServiceUnavailable {
+			t.Errorf("delivery log of %s: status %s, attempts %+v", d.NotificationID, d.Status, d.Attempts)
+		}
+	}
+}
+
+func TestOwnerKilledIsTakenOverWithoutLostOrDoubledNotifications(t *testing.T) {
+	e := newEnv(t)
+	// The owner checkpoints rarely: the replica taking over replays
+	// everything since, and must not notify any of it again.
+	e.rcfg.Checkpoint, e.rcfg.Duplicates = time.Hour, 2*time.Hour
+	a := e.start("a")
+	for a.engine.OwnedShards() < e.rcfg.Shards {
+		time.Sleep(20 * time.Millisecond) // polling ownership
+	}
+	e.rcfg.Checkpoint = 100 * time.Millisecond
+	b := e.start("b")
+	rc := newReceiver(t, verifying)
+	every := e.createRule(a, &rules.Rule{
+		Name: "every", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
+	}, a)
+	count := e.createRule(a, &rules.Rule{
+		Name: "backoff", Filter: reasonFilter("BackOff"),
+		Condition:   rules.Condition{Kind: rules.KindCount, Threshold: 5, Window: time.Minute},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
+	}, a)
+	ids := map[string]int{}
+	for i := 0; i < 5; i++ {
+		e.emit(podEvent("Normal", "Deployed", fmt.Sprintf("app-%d", i)))
+	}
+	for i := 0; i < 3; i++ { // 3 of the 5 BackOff before the kill
+		e.emit(podEvent("Warning", "BackOff", "web-1"))
+	}
+	for i := 0; i < 5; i++ {
+		ids[rc.next(t, 10*time.Second).id]++
+	}
+	a.kill()
+	for i := 0; i < 5; i++ {
+		e.emit(podEvent("Normal", "Deployed", fmt.Sprintf("app-%d", i)))
+	}
+	for i := 0; i < 2; i++ { // the 4th and 5th: the window spans the takeover
+		e.emit(podEvent("Warning", "BackOff", "web-1"))
+	}
+	for i := 0; i < 6; i++ {
+		ids[rc.next(t, 20*time.Second).id]++
+	}
+	rc.none(t, 2*time.Second)
+	if b.engine.OwnedShards() != e.rcfg.Shards {
+		t.Errorf("replica b owns %d shards, want all %d", b.engine.OwnedShards(), e.rcfg.Shards)
+	}
+	var want []string
+	for _, n := range []int{1, 2, 3, 4, 5, 9, 10, 11, 12, 13} {
+		want = append(want, fmt.Sprintf("%s:ev-%d:firing", every.ID(), n))
+	}
+	want = append(want, count.ID()+":ev-15:firing")
+	for _, id := range want {
+		if ids[id] != 1 {
+			t.Errorf("notification %s delivered %d times, want once", id, ids[id])
+		}
+	}
+	if len(ids) != len(want) {
+		t.Errorf("delivered %d distinct notifications, want %d: %v", len(ids), len(want), ids)
+	}
+}
+
+func TestCloudEventsSinkReceivesStructuredAndBinaryEvents(t *testing.T) {
+	e := newEnv(t)
+	rep := e.start("a")
+	type got struct {
+		ev          cloudevents.Event
+		contentType string
+		ceID        string
+	}
+	seen := make(chan got, 10)
+	p, err := cloudevents.NewHTTP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var current *http.Request
+	h, err := cloudevents.NewHTTPReceiveHandler(context.Background(), p, func(ev cloudevents.Event) {
+		seen <- got{ev: ev, contentType: current.Header.Get("Content-Type"), ceID: current.Header.Get("Ce-Id")}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		current = r // the SDK handles one request at a time here: a worker per rule, sequential
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	structured := e.createRule(rep, &rules.Rule{
+		Name: "structured", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestCloudEvents, URL: srv.URL, Mode: "structured"},
+	}, rep)
+	e.emit(podEvent("Normal", "Deployed", "app"))
+	s := <-seen
+	if s.ev.ID() != structured.ID()+":ev-1:firing" || s.ev.Type() != CETypePrefix+"firing" ||
+		s.ev.Source() != "/eventgate/rules/project/p1/structured" || s.ev.Subject() != "v1/Pod/default/app" {
+		t.Errorf("structured cloudevent: %s", s.ev)
+	}
+	if s.contentType != "application/cloudevents+json" || s.ceID != "" {
+		t.Errorf("structured mode: content type %q, ce-id header %q", s.contentType, s.ceID)
+	}
+	var n rules.Notification
+	if err := s.ev.DataAs(&n); err != nil || n.ID != s.ev.ID() || n.EventUID() != "ev-1" {
+		t.Errorf("cloudevent data: %+v, %v", n, err)
+	}
+	binary := e.createRule(rep, &rules.Rule{
+		Name: "binary", Filter: reasonFilter("Scaled"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestCloudEvents, URL: srv.URL, Mode: "binary"},
+	}, rep)
+	e.emit(podEvent("Normal", "Scaled", "app"))
+	b := <-seen
+	if b.ev.ID() != binary.ID()+":ev-2:firing" || b.ceID != b.ev.ID() || b.contentType != "application/json" {
+		t.Errorf("binary cloudevent: %s; ce-id %q, content type %q", b.ev, b.ceID, b.contentType)
+	}
+}
+
+func TestSlackAndNATSDestinations(t *testing.T) {
+	e := newEnv(t)
+	rep := e.start("a")
+	slack := newReceiver(t, nil)
+	sub, err := rep.nc.SubscribeSync("team.alerts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.createRule(rep, &rules.Rule{
+		Name: "slack", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Template:    "{{.Event.Regarding.Name}} deployed ({{.State}})",
+		Destination: rules.Destination{Kind: rules.DestSlack, URL: slack.srv.URL + "/services/T000/B000/XXXX"},
+	}, rep)
+	nr := e.createRule(rep, &rules.Rule{
+		Name: "nats", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestNATS, Subject: "team.alerts"},
+	}, rep)
+	e.emit(podEvent("Normal", "Deployed", "shop"))
+	var body map[string]string
+	if err := json.Unmarshal(slack.next(t, 10*time.Second).body, &body); err != nil || body["text"] != "shop deployed (firing)" {
+		t.Errorf("slack payload %v (%v), want text %q", body, err, "shop deployed (firing)")
+	}
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := m.Header.Get(nats.MsgIdHdr); id != nr.ID()+":ev-1:firing" {
+		t.Errorf("NATS message id %q", id)
+	}
+	if n := decodeNotification(t, m.Data); n.Rule != nr.ID() {
+		t.Errorf("NATS notification %+v", n)
+	}
+}
+
+func TestDeadLetterPausesTheRuleAndRedeliverSendsItAgain(t *testing.T) {
+	e := newEnv(t)
+	e.ncfg.RetryFor = 300 * time.Millisecond
+	e.ncfg.PauseAfter = 200 * time.Millisecond
+	rep := e.start("a")
+	rc := newReceiver(t, verifying)
+	rc.down.Store(true)
+	r := e.createRule(rep, &rules.Rule{
+		Name: "every", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
+	}, rep)
+	e.emit(podEvent("Normal", "Deployed", "app"))
+	ctx := context.Background()
+	var ds []Delivery
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if ds, err = rep.disp.Deliveries(ctx, r.UID, 10); err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 && ds[0].Status == StatusDead {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no dead letter: %+v", ds)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the delivery log
+	}
+	stored, err := rep.store.Get(ctx, tenant, r.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stored.Paused || stored.PausedReason == "" {
+		t.Errorf("rule after its destination failed past PauseAfter: paused %v, reason %q", stored.Paused, stored.PausedReason)
+	}
+	rc.down.Store(false)
+	stored.Paused, stored.PausedReason = false, ""
+	if _, err := rep.store.Update(ctx, stored, stored.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.disp.Redeliver(ctx, r.UID, ds[0].NotificationID); err != nil {
+		t.Fatal(err)
+	}
+	if got := rc.next(t, 10*time.Second); got.id != ds[0].NotificationID {
+		t.Errorf("redelivered %q, want %q", got.id, ds[0].NotificationID)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if ds, err = rep.disp.Deliveries(ctx, r.UID, 10); err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 && ds[0].Status == StatusDelivered {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivery log after redelivery: %+v", ds)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the delivery log
+	}
+	if !slices.ContainsFunc(ds[0].Attempts, func(a Attempt) bool { return a.Error != "" }) {
+		t.Errorf("delivery log lost the failed attempts: %+v", ds[0].Attempts)
+	}
+}
+
+func TestVerifyRefusesTamperedAndStaleDeliveries(t *testing.T) {
+	body := []byte(`{"id":"x"}`)
+	now := time.Unix(1_700_000_000, 0)
+	sig := Sign([]byte(secret), now.Unix(), body)
+	ts := fmt.Sprint(now.Unix())
+	if err := Verify([]byte(secret), ts, sig, body, 5*time.Minute, now.Add(time.Minute)); err != nil {
+		t.Errorf("genuine delivery refused: %v", err)
+	}
+	if err := Verify([]byte(secret), ts, sig, []byte(`{"id":"y"}`), 5*time.Minute, now); err == nil {
+		t.Error("tampered body accepted")
+	}
+	if err := Verify([]byte(secret), ts, sig, body, 5*time.Minute, now.Add(6*time.Minute)); err == nil {
+		t.Error("replayed stale delivery accepted")
+	}
+	if err := Verify([]byte("another-secret-0000"), ts, sig, body, 5*time.Minute, now); err == nil {
+		t.Error("delivery signed with another secret accepted")
+	}
+}
