@@ -99,6 +99,7 @@ type Gateway struct {
 	ready      *readiness
 	replica    *replica
 	auth       *authz.Authenticator
+	rules      rulesParts // rules.go
 
 	closeOnce sync.Once
 }
@@ -148,6 +149,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Limits:      lim,
 	}, ejs.NewPublisher(g.paths.emit.js, cfg.NATS.Stream), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))
 	analytics := service.NewAnalytics(g.store, g.ingest, log).WithTenantLimits(lim)
+	if err := g.startRules(ctx); err != nil {
+		return nil, err
+	}
 	if err := g.newServers(analytics); err != nil {
 		return nil, err
 	}
@@ -313,6 +317,7 @@ func (g *Gateway) newServers(analytics *service.Analytics) error {
 		srv := grpc.NewServer(opts...)
 		eventgatev1.RegisterEventServiceServer(srv, g.events)
 		eventgatev1.RegisterAnalyticsServiceServer(srv, analytics)
+		eventgatev1.RegisterRulesServiceServer(srv, g.rules.svc)
 		healthpb.RegisterHealthServer(srv, g.health)
 		reflection.Register(srv)
 		grpcMetrics.InitializeMetrics(srv)
@@ -513,6 +518,7 @@ func (g *Gateway) Close() {
 		if g.hub != nil {
 			g.hub.Stop()
 		}
+		g.stopRules()
 		if g.intake != nil {
 			// Checkpoint the partitions this replica owns so another takes
 			// them over without replaying much.

@@ -19,18 +19,18 @@ import (
 type Config struct {
 	// Backoff is the delay before the first retry; each retry doubles it,
 	// up to MaxBackoff.
-	Backoff    time.Duration
-	MaxBackoff time.Duration
+	Backoff    time.Duration `yaml:"backoff"`
+	MaxBackoff time.Duration `yaml:"maxBackoff"`
 	// RetryFor: a notification still undelivered this long after it was
 	// queued is a dead letter.
-	RetryFor time.Duration
+	RetryFor time.Duration `yaml:"retryFor"`
 	// PauseAfter: a destination failing for this long pauses its rule.
-	PauseAfter time.Duration
+	PauseAfter time.Duration `yaml:"pauseAfter"`
 	// Timeout bounds one attempt.
-	Timeout time.Duration
+	Timeout time.Duration `yaml:"timeout"`
 	// Retention of the delivery log.
-	Retention time.Duration
-	Replicas  int
+	Retention time.Duration `yaml:"retention"`
+	Replicas  int           `yaml:"replicas"`
 }
 
 // DefaultConfig is the configuration of a gateway: retries over 6 hours.

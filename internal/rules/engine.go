@@ -15,28 +15,30 @@ import (
 // Config configures the evaluation of rules.
 type Config struct {
 	// Shards split the rules; each is evaluated by one replica at a time.
-	Shards int
+	Shards int `yaml:"shards"`
 	// LeaseTTL: a shard whose owner stops renewing its lease (it died) is
 	// taken over after this long.
-	LeaseTTL time.Duration
+	LeaseTTL time.Duration `yaml:"leaseTTL"`
 	// Checkpoint is how often an owner checkpoints a shard's state.
-	Checkpoint time.Duration
+	Checkpoint time.Duration `yaml:"checkpoint"`
 	// Tick is how often time-driven conditions (absence, a count's window
 	// sliding past, renotify) are evaluated.
-	Tick time.Duration
+	Tick time.Duration `yaml:"tick"`
 	// Duplicates is the notifications stream's duplicate window: a
 	// takeover replays at most this far back without notifying twice.
-	Duplicates time.Duration
+	Duplicates time.Duration `yaml:"duplicates"`
 	// Retention is how long notifications (for redelivery) are kept.
-	Retention time.Duration
+	Retention time.Duration `yaml:"retention"`
 	// Replicas of the rules' streams and buckets.
-	Replicas int
+	Replicas int `yaml:"replicas"`
 	// EventsStream is the stream the rules evaluate.
-	EventsStream string
+	EventsStream string `yaml:"eventsStream"`
 	// ReplicaID names this replica in leases.
-	ReplicaID string
-	// Buckets.
-	RulesBucket, StateBucket, LeaseBucket string
+	ReplicaID string `yaml:"replicaID"`
+	// Buckets: the rules, the shards' checkpoints, the shards' leases.
+	RulesBucket string `yaml:"rulesBucket"`
+	StateBucket string `yaml:"stateBucket"`
+	LeaseBucket string `yaml:"leaseBucket"`
 }
 
 // DefaultConfig is the configuration of a gateway.
