@@ -28,6 +28,9 @@ type Config struct {
 	PauseAfter time.Duration `yaml:"pauseAfter"`
 	// Timeout bounds one attempt.
 	Timeout time.Duration `yaml:"timeout"`
+	// IdleWait is how long an idle worker's pull waits for a
+	// notification: a stopped worker ends within it.
+	IdleWait time.Duration `yaml:"idleWait"`
 	// Retention of the delivery log.
 	Retention time.Duration `yaml:"retention"`
 	Replicas  int           `yaml:"replicas"`
@@ -41,6 +44,7 @@ func DefaultConfig() Config {
 		RetryFor:   6 * time.Hour,
 		PauseAfter: time.Hour,
 		Timeout:    10 * time.Second,
+		IdleWait:   2 * time.Second,
 		Retention:  7 * 24 * time.Hour,
 		Replicas:   1,
 	}
@@ -53,8 +57,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("notify: backoff (%s) must be positive and at most the max backoff (%s)", c.Backoff, c.MaxBackoff)
 	case c.RetryFor <= 0 || c.PauseAfter <= 0:
 		return errors.New("notify: the retry period and the pause delay must be positive")
-	case c.Timeout <= 0:
-		return errors.New("notify: the attempt timeout must be positive")
+	case c.Timeout <= 0 || c.IdleWait <= 0:
+		return errors.New("notify: the attempt timeout and the idle wait must be positive")
 	}
 	return nil
 }
@@ -121,19 +125,20 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		done   chan struct{}
 	}
 	run := map[string]*running{}
+	// A stopped worker ends within a fetch's wait, giving back what it
+	// holds; it is not waited for, but at the end.
+	var ending sync.WaitGroup
 	stop := func(uid string) {
 		r := run[uid]
 		r.cancel()
-		<-r.done
+		ending.Go(func() { <-r.done })
 		delete(run, uid)
 	}
 	defer func() {
-		for _, r := range run {
-			r.cancel() // all at once: each ends within a fetch's wait
+		for uid := range run {
+			stop(uid)
 		}
-		for _, r := range run {
-			<-r.done
-		}
+		ending.Wait()
 	}()
 	for {
 		all, storeChanged := d.store.Snapshot()
@@ -232,7 +237,7 @@ func (w *worker) run(ctx context.Context) {
 		sleep(ctx, time.Second)
 	}
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(500*time.Millisecond))
+		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(w.d.cfg.IdleWait))
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Debug("notify: fetch", "err", err)

@@ -26,8 +26,8 @@ import (
 )
 
 // ns is the package's real NATS JetStream server, started once; each test
-// gets its own events stream, buckets and notification streams by using
-// its own names where they are configurable and a fresh server otherwise.
+// starts from empty streams and buckets (newEnv deletes them), so tests
+// must not run in parallel.
 var ns *server.Server
 
 func TestMain(m *testing.M) {
@@ -57,9 +57,7 @@ type replica struct {
 	disp   *Dispatcher
 }
 
-var streamN atomic.Int32
-
-// testEnv is one test's events stream (its own name) and configuration.
+// testEnv is one test's streams and configuration.
 type testEnv struct {
 	t       *testing.T
 	stream  string
@@ -72,9 +70,6 @@ type testEnv struct {
 
 func newEnv(t *testing.T) *testEnv {
 	t.Helper()
-	// Every test has the whole server: the notification and delivery
-	// streams have fixed names, so they are purged between tests.
-	n := streamN.Add(1)
 	e := &testEnv{t: t, stream: "EVENTS"}
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
@@ -104,7 +99,7 @@ func newEnv(t *testing.T) *testEnv {
 	e.ncfg.Backoff = 50 * time.Millisecond
 	e.ncfg.MaxBackoff = 200 * time.Millisecond
 	e.ncfg.Timeout = 2 * time.Second
-	_ = n
+	e.ncfg.IdleWait = 200 * time.Millisecond
 	t.Cleanup(func() {
 		for i := len(e.cleanup) - 1; i >= 0; i-- {
 			e.cleanup[i]()
