@@ -3,9 +3,12 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/config"
 	"github.com/eventgate/eventgate/internal/notify"
 	"github.com/eventgate/eventgate/internal/rules"
@@ -233,4 +237,68 @@ func badRequestFields(err error) []string {
 		}
 	}
 	return fields
+}
+
+func TestRulesNeedTheRulesAndWatchVerbsOnTheTenant(t *testing.T) {
+	const (
+		tokOps    = "rules-ops-token-0123456789"
+		tokNoWat  = "rules-nowatch-token-012345"
+		tokDeploy = "rules-deploy-token-0123456"
+	)
+	h := authz.HashToken
+	p := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(p, []byte(fmt.Sprintf(`principals:
+  - name: ops
+    tokens: [%q]
+    grants:
+      - {tenantType: project, tenantName: shop, verbs: [watch, rules]}
+  - name: nowatch
+    tokens: [%q]
+    grants:
+      - {tenantType: project, tenantName: shop, verbs: [rules, emit]}
+  - name: deploy
+    tokens: [%q]
+    grants:
+      - {tenantType: project, tenantName: shop, kinds: [{group: apps, kind: Deployment}], verbs: [watch, rules]}
+`, h(tokOps), h(tokNoWat), h(tokDeploy))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tg := startGateway(t, func(c *config.Config) { c.Auth.TokensFile = p })
+	c := eventgatev1.NewRulesServiceClient(tg.conn)
+	rule := func(name, tenant string) *eventgatev1.CreateRuleRequest {
+		return &eventgatev1.CreateRuleRequest{Rule: &eventgatev1.Rule{Name: name, Tenant: &eventgatev1.Tenant{Type: "project", Name: tenant},
+			Condition:   &eventgatev1.Condition{Kind: &eventgatev1.Condition_Every{Every: &eventgatev1.EveryCondition{}}},
+			Destination: &eventgatev1.Destination{Kind: &eventgatev1.Destination_Nats{Nats: &eventgatev1.NatsDestination{Subject: "ops.alerts"}}}}}
+	}
+	ctx := context.Background()
+	if _, err := c.CreateRule(withToken(ctx, tokOps), rule("ok", "shop")); err != nil {
+		t.Fatalf("ops creates a rule in its tenant: %v", err)
+	}
+	for _, tc := range []struct {
+		name, tok, tenant string
+	}{
+		{"another tenant", tokOps, "blog"},
+		{"without watch", tokNoWat, "shop"},
+		{"anonymous", "", "shop"},
+	} {
+		_, err := c.CreateRule(withToken(ctx, tc.tok), rule("x", tc.tenant))
+		if code := status.Code(err); code != codes.PermissionDenied && code != codes.Unauthenticated {
+			t.Errorf("%s: %v, want PermissionDenied", tc.name, err)
+		}
+	}
+	if _, err := c.ListRules(withToken(ctx, tokNoWat), &eventgatev1.ListRulesRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: "shop"}}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("list without watch: %v, want PermissionDenied", err)
+	}
+	// A rule sees what its author may watch: the Deployment-only author's
+	// rule keeps that restriction.
+	if _, err := c.CreateRule(withToken(ctx, tokDeploy), rule("deploys", "shop")); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := tg.rules.store.Get(ctx, rules.Tenant{Type: "project", Name: "shop"}, "deploys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []rules.GroupKind{{Group: "apps", Kind: "Deployment"}}; !slices.Equal(stored.Kinds, want) {
+		t.Errorf("rule kinds %v, want %v", stored.Kinds, want)
+	}
 }
