@@ -294,6 +294,13 @@ func (e *Engine) own(ctx context.Context, shard int, leaseRev uint64, log *slog.
 	}
 	if err != nil && ctx.Err() == nil {
 		log.Warn("rules: shard lost", "err", err)
+		// Still ours if only the evaluation failed: give it up now rather
+		// than at its expiry (a revision another owner wrote is not ours).
+		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		leaseMu.Lock()
+		_ = e.leases.Delete(dctx, leaseKey(shard), jetstream.LastRevision(leaseRev))
+		leaseMu.Unlock()
+		cancel()
 		sleep(ctx, e.cfg.LeaseTTL/4)
 	}
 }

@@ -89,10 +89,38 @@ func (r *Rule) group(st *ruleState, ev *eventgatev1.Event) (string, *groupState)
 	key := strings.Join(vals, "\x00")
 	g := st.Groups[key]
 	if g == nil {
+		if len(st.Groups) >= MaxGroups {
+			evictIdlest(st.Groups)
+		}
 		g = &groupState{Values: vals}
 		st.Groups[key] = g
 	}
 	return key, g
+}
+
+// MaxGroups bounds the groups a rule keeps state for (its checkpoint's
+// size): past it, the group seen least recently that does not fire is
+// forgotten.
+const MaxGroups = 1000
+
+func evictIdlest(groups map[string]*groupState) {
+	var victim string
+	var at time.Time
+	for k, g := range groups {
+		if g.Firing {
+			continue
+		}
+		if victim == "" || g.LastSeen.Before(at) {
+			victim, at = k, g.LastSeen
+		}
+	}
+	if victim == "" {
+		for k := range groups { // every group fires: any one
+			victim = k
+			break
+		}
+	}
+	delete(groups, victim)
 }
 
 func (r *Rule) groupMap(g *groupState) map[string]string {

@@ -179,3 +179,24 @@ func TestEveryUsesEventUIDAndRuleAsID(t *testing.T) {
 		t.Fatalf("fired %+v, want one notification with id project/p1/all:e1:firing", fired)
 	}
 }
+
+func TestGroupsAreBoundedAndFiringGroupsKept(t *testing.T) {
+	r := &Rule{UID: "u7", Name: "absence", Tenant: Tenant{Type: "project", Name: "p1"},
+		Condition: Condition{Kind: KindAbsence, Window: time.Minute}}
+	st := newRuleState(r.UID)
+	fired := run(r, st, []*eventgatev1.Event{podEvent("first", "Normal", "Heartbeat", "first")}, []int{0})
+	fired = append(fired, r.tick(st, t0.Add(61*time.Second))...) // the first group fires
+	for i := 0; i < MaxGroups+10; i++ {
+		ev := podEvent(fmt.Sprint(i), "Normal", "Heartbeat", fmt.Sprintf("pod-%d", i))
+		fired = append(fired, r.evaluate(st, ev, t0.Add(61*time.Second+time.Duration(i)*time.Millisecond), true, false)...)
+	}
+	if len(st.Groups) != MaxGroups {
+		t.Errorf("%d groups kept, want %d", len(st.Groups), MaxGroups)
+	}
+	if g := st.Groups["v1/Pod/default/first"]; g == nil || !g.Firing {
+		t.Errorf("the firing group was evicted: %+v", g)
+	}
+	if diff := cmp.Diff([]string{"firing:first"}, states(fired)); diff != "" {
+		t.Errorf("notifications (-want +got):\n%s", diff)
+	}
+}

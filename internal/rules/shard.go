@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,7 +69,7 @@ func (e *Engine) restore(ctx context.Context, n int, log *slog.Logger) (*shard, 
 	case err != nil:
 		return nil, fmt.Errorf("read checkpoint: %w", err)
 	default:
-		if err := json.Unmarshal(ent.Value(), &sh.state); err != nil {
+		if err := decodeCheckpoint(ent.Value(), &sh.state); err != nil {
 			return nil, fmt.Errorf("decode checkpoint: %w", err)
 		}
 		if sh.state.Rules == nil {
@@ -85,7 +87,7 @@ func (e *Engine) restore(ctx context.Context, n int, log *slog.Logger) (*shard, 
 // checkpoint writes the shard's state, unless another owner wrote since.
 func (sh *shard) checkpoint(ctx context.Context) error {
 	sh.state.Owner = sh.e.cfg.ReplicaID
-	b, err := json.Marshal(&sh.state)
+	b, err := encodeCheckpoint(&sh.state)
 	if err != nil {
 		return err
 	}
@@ -316,4 +318,28 @@ func tenantOf(subj string) Tenant {
 		return Tenant{}
 	}
 	return Tenant{Type: k.TenantType, Name: k.TenantName}
+}
+
+// Checkpoints are gzipped JSON: the groups' last events repeat most of
+// their fields, and a KV value must fit in a NATS message (1 MB by
+// default).
+func encodeCheckpoint(c *checkpointData) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(c); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func decodeCheckpoint(b []byte, c *checkpointData) error {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	return json.NewDecoder(zr).Decode(c)
 }
