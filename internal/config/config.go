@@ -284,6 +284,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.DurationVar(&c.Notify.RetryFor, "notify-retry-for", c.Notify.RetryFor, "a notification undelivered this long after it was made is a dead letter")
 	fs.DurationVar(&c.Notify.PauseAfter, "notify-pause-after", c.Notify.PauseAfter, "a destination failing for this long pauses its rule")
 	fs.DurationVar(&c.Notify.Timeout, "notify-timeout", c.Notify.Timeout, "bound on one delivery attempt")
+	fs.BoolVar(&c.Notify.DenyPrivate, "notify-deny-private-networks", c.Notify.DenyPrivate, "refuse webhook, Slack and CloudEvents destinations on loopback, private and link-local addresses")
 	fs.IntVar(&c.Intake.Partitions, "intake-partitions", c.Intake.Partitions, "partitions of the intake log; each is aggregated by one replica at a time")
 	fs.DurationVar(&c.Intake.DecisionTimeout, "intake-decision-timeout", c.Intake.DecisionTimeout, "how long Emit waits to say what an accepted event became")
 	fs.DurationVar(&c.Intake.Series.Window, "series-window", c.Intake.Series.Window, "a second isomorphic event within this gap starts a series (default 6m)")

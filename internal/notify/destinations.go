@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
+	"syscall"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
@@ -41,8 +44,14 @@ type sender struct {
 	nc   *nats.Conn
 }
 
-func newSender(timeout time.Duration, nc *nats.Conn) (*sender, error) {
-	hc := &http.Client{Timeout: timeout}
+func newSender(timeout time.Duration, denyPrivate bool, nc *nats.Conn) (*sender, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if denyPrivate {
+		d := &net.Dialer{Timeout: timeout, Control: refusePrivate}
+		tr.DialContext = d.DialContext
+		tr.Proxy = nil // a proxy would dial the private address for us
+	}
+	hc := &http.Client{Timeout: timeout, Transport: tr}
 	p, err := cloudevents.NewHTTP(cehttp.WithClient(*hc))
 	if err != nil {
 		return nil, fmt.Errorf("cloudevents protocol: %w", err)
@@ -175,4 +184,28 @@ func (s *sender) cloudEvent(ctx context.Context, d rules.Destination, n *rules.N
 		return outcome{code: code, err: redactURL(fmt.Errorf("cloudevent not accepted: %w", res))}
 	}
 	return outcome{code: code}
+}
+
+// ErrPrivateAddress refuses a destination on a private network.
+var ErrPrivateAddress = errors.New("destination address is on a loopback, private or link-local network")
+
+// refusePrivate refuses to connect to the gateway's own networks: with
+// DenyPrivate, a tenant's URL cannot reach the cloud's metadata service or
+// the services beside the gateway. It checks the address actually dialed,
+// after name resolution, so a DNS name cannot get around it.
+func refusePrivate(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return err
+	}
+	ip = ip.Unmap()
+	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast() {
+		return fmt.Errorf("%w: %s", ErrPrivateAddress, ip)
+	}
+	return nil
 }

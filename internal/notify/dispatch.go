@@ -28,6 +28,10 @@ type Config struct {
 	PauseAfter time.Duration `yaml:"pauseAfter"`
 	// Timeout bounds one attempt.
 	Timeout time.Duration `yaml:"timeout"`
+	// DenyPrivate refuses HTTP destinations on loopback, private and
+	// link-local addresses (a tenant's URL reaching the gateway's own
+	// network).
+	DenyPrivate bool `yaml:"denyPrivateNetworks"`
 	// IdleWait is how long an idle worker's pull waits for a
 	// notification: a stopped worker ends within it.
 	IdleWait time.Duration `yaml:"idleWait"`
@@ -89,7 +93,7 @@ func Start(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, engine *r
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s, err := newSender(cfg.Timeout, nc)
+	s, err := newSender(cfg.Timeout, cfg.DenyPrivate, nc)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -374,5 +375,22 @@ func TestVerifyRefusesTamperedAndStaleDeliveries(t *testing.T) {
 	}
 	if err := Verify([]byte("another-secret-0000"), ts, sig, body, 5*time.Minute, now); err == nil {
 		t.Error("delivery signed with another secret accepted")
+	}
+}
+
+func TestDenyPrivateNetworksRefusesALoopbackDestination(t *testing.T) {
+	rc := newReceiver(t, nil)
+	for _, deny := range []bool{false, true} {
+		s, err := newSender(time.Second, deny, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := s.post(context.Background(), rc.srv.URL, []byte(`{}`), nil)
+		if deny && !errors.Is(out.err, ErrPrivateAddress) {
+			t.Errorf("denying private networks, a loopback receiver: %v", out.err)
+		}
+		if !deny && out.err != nil {
+			t.Errorf("allowing private networks, a loopback receiver: %v", out.err)
+		}
 	}
 }
