@@ -302,3 +302,54 @@ func TestRulesNeedTheRulesAndWatchVerbsOnTheTenant(t *testing.T) {
 		t.Errorf("rule kinds %v, want %v", stored.Kinds, want)
 	}
 }
+
+func TestRulePausedForAFailingDestinationIsToldAsAnEvent(t *testing.T) {
+	tg := startGateway(t, func(c *config.Config) {
+		c.Notify.Backoff, c.Notify.MaxBackoff = 50*time.Millisecond, 100*time.Millisecond
+		c.Notify.PauseAfter = 300 * time.Millisecond
+	})
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	defer down.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	shop := &eventgatev1.Tenant{Type: "project", Name: "shop"}
+	w, err := tg.client.StreamWatch(ctx, &eventgatev1.StreamWatchRequest{Tenant: shop, Reasons: []string{"RulePaused"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Header(); err != nil {
+		t.Fatal(err)
+	}
+	c := eventgatev1.NewRulesServiceClient(tg.conn)
+	if _, err := c.CreateRule(ctx, &eventgatev1.CreateRuleRequest{Rule: &eventgatev1.Rule{Name: "flaky", Tenant: shop,
+		FieldSelector: "reason=Deployed",
+		Condition:     &eventgatev1.Condition{Kind: &eventgatev1.Condition_Every{Every: &eventgatev1.EveryCondition{}}},
+		Destination:   &eventgatev1.Destination{Kind: &eventgatev1.Destination_Slack{Slack: &eventgatev1.SlackDestination{Url: down.URL + "/services/x"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitRuleEvaluated(t, tg, rules.Tenant{Type: "project", Name: "shop"}, "flaky")
+	if _, err := tg.client.Emit(ctx, &eventgatev1.EmitRequest{Tenant: shop, Events: []*eventgatev1.Event{{Reason: "Deployed", Action: "Deploy",
+		ReportingController: "ci", Regarding: &eventgatev1.ObjectReference{ApiVersion: "apps/v1", Kind: "Deployment", Namespace: "shop", Name: "web"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := w.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := resp.GetObject(); ev.GetType() != "Warning" || ev.GetRegarding().GetKind() != "Rule" || ev.GetRegarding().GetName() != "flaky" ||
+		!strings.Contains(ev.GetNote(), "HTTP 502") {
+		t.Errorf("event about the paused rule: %v", ev)
+	}
+	got, err := c.GetRule(ctx, &eventgatev1.GetRuleRequest{Tenant: shop, Name: "flaky"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.GetRule().GetPaused() || got.GetRule().GetStatus().GetPausedReason() == "" {
+		t.Errorf("rule after its destination failed: %v", got.GetRule())
+	}
+	if strings.Contains(got.GetRule().GetDestination().GetSlack().GetUrl(), "services") {
+		t.Errorf("the Slack URL's path is shown: %v", got.GetRule().GetDestination())
+	}
+}
