@@ -153,6 +153,8 @@ func TestOwnerKilledIsTakenOverWithoutLostOrDoubledNotifications(t *testing.T) {
 	// The owner checkpoints rarely: the replica taking over replays
 	// everything since, and must not notify any of it again.
 	e.rcfg.Checkpoint, e.rcfg.Duplicates = time.Hour, 2*time.Hour
+	// One shard: its fair share keeps it on replica a when b joins.
+	e.rcfg.Shards = 1
 	a := e.start("a")
 	for a.engine.OwnedShards() < e.rcfg.Shards {
 		time.Sleep(20 * time.Millisecond) // polling ownership
@@ -391,6 +393,53 @@ func TestDenyPrivateNetworksRefusesALoopbackDestination(t *testing.T) {
 		}
 		if !deny && out.err != nil {
 			t.Errorf("allowing private networks, a loopback receiver: %v", out.err)
+		}
+	}
+}
+
+func TestReplicasShareTheShardsWithoutLosingOrDoublingNotifications(t *testing.T) {
+	e := newEnv(t)
+	e.rcfg.Shards = 4
+	a := e.start("a")
+	for a.engine.OwnedShards() < e.rcfg.Shards {
+		time.Sleep(20 * time.Millisecond) // polling ownership
+	}
+	rc := newReceiver(t, verifying)
+	var rs []*rules.Rule
+	for i := 0; i < 4; i++ {
+		rs = append(rs, e.createRule(a, &rules.Rule{
+			Name: fmt.Sprintf("every-%d", i), Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+			Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
+		}, a))
+	}
+	b := e.start("b")
+	ids := map[string]int{}
+	// Events keep coming while b joins and a hands half the shards over.
+	n := 0
+	for deadline := time.Now().Add(20 * time.Second); b.engine.OwnedShards() < 2 || a.engine.OwnedShards() > 2; {
+		n++
+		e.emit(podEvent("Normal", "Deployed", fmt.Sprintf("app-%d", n)))
+		for range rs {
+			ids[rc.next(t, 10*time.Second).id]++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d events, a owns %d shards and b %d; want 2 each", n, a.engine.OwnedShards(), b.engine.OwnedShards())
+		}
+		time.Sleep(20 * time.Millisecond) // a steady trickle of events during the handover
+	}
+	for i := 0; i < 3; i++ {
+		n++
+		e.emit(podEvent("Normal", "Deployed", fmt.Sprintf("app-%d", n)))
+		for range rs {
+			ids[rc.next(t, 10*time.Second).id]++
+		}
+	}
+	rc.none(t, time.Second)
+	for _, r := range rs {
+		for i := 1; i <= n; i++ {
+			if id := fmt.Sprintf("%s:ev-%d:firing", r.ID(), i); ids[id] != 1 {
+				t.Errorf("notification %s delivered %d times, want once", id, ids[id])
+			}
 		}
 	}
 }

@@ -91,6 +91,9 @@ type Engine struct {
 	changed chan struct{}
 	// evaluating: the rules the owned shards have taken in, by uid.
 	evaluating map[string]bool
+	members    int          // replicas announced (balance.go)
+	taking     int          // shards being taken, not owned yet
+	releasing  map[int]bool // owned shards being handed over
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -102,7 +105,7 @@ func Start(ctx context.Context, js jetstream.JetStream, store *Store, cfg Config
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, js: js, store: store, log: log.With("component", "rules"), owned: map[int]bool{}, changed: make(chan struct{}), evaluating: map[string]bool{}}
+	e := &Engine{cfg: cfg, js: js, store: store, log: log.With("component", "rules"), owned: map[int]bool{}, changed: make(chan struct{}), evaluating: map[string]bool{}, members: 1, releasing: map[int]bool{}}
 	var err error
 	if e.events, err = js.Stream(ctx, cfg.EventsStream); err != nil {
 		return nil, fmt.Errorf("rules: events stream %s: %w", cfg.EventsStream, err)
@@ -132,6 +135,11 @@ func Start(ctx context.Context, js jetstream.JetStream, store *Store, cfg Config
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.announce(rctx)
+	}()
 	for i := 0; i < cfg.Shards; i++ {
 		e.wg.Add(1)
 		go func() {
@@ -200,6 +208,7 @@ func (e *Engine) setOwned(shard int, owned bool) {
 		e.owned[shard] = true
 	} else {
 		delete(e.owned, shard)
+		delete(e.releasing, shard)
 	}
 	close(e.changed)
 	e.changed = make(chan struct{})
@@ -216,7 +225,17 @@ func (e *Engine) compete(ctx context.Context, shard int) {
 	log := e.log.With("shard", shard)
 	poll := max(e.cfg.LeaseTTL/4, 100*time.Millisecond)
 	for ctx.Err() == nil {
+		if !e.mayTake() {
+			sleep(ctx, poll)
+			continue
+		}
+		e.mu.Lock()
+		e.taking++
+		e.mu.Unlock()
 		rev, err := e.leases.Create(ctx, leaseKey(shard), []byte(e.cfg.ReplicaID))
+		e.mu.Lock()
+		e.taking--
+		e.mu.Unlock()
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
 				log.Debug("rules: lease", "err", err)
@@ -225,7 +244,9 @@ func (e *Engine) compete(ctx context.Context, shard int) {
 			continue
 		}
 		log.Info("rules: shard lease taken")
-		e.own(ctx, shard, rev, log)
+		if e.own(ctx, shard, rev, log) {
+			sleep(ctx, e.cfg.LeaseTTL) // given up to balance: the others' turn
+		}
 	}
 }
 
@@ -238,9 +259,10 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// own evaluates the shard until ctx ends (a graceful handover) or the
+// own evaluates the shard until ctx ends (a graceful handover), the shard
+// is given up to balance the replicas (balanced is then true), or the
 // lease is lost (another replica has it, or NATS is gone).
-func (e *Engine) own(ctx context.Context, shard int, leaseRev uint64, log *slog.Logger) {
+func (e *Engine) own(ctx context.Context, shard int, leaseRev uint64, log *slog.Logger) (balanced bool) {
 	octx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
 	var leaseMu sync.Mutex
@@ -267,6 +289,10 @@ func (e *Engine) own(ctx context.Context, shard int, leaseRev uint64, log *slog.
 				lost(fmt.Errorf("lease renewal: %w", err))
 				return
 			}
+			if e.shouldRelease(shard) {
+				lost(errHandover)
+				return
+			}
 		}
 	}()
 	sh, err := e.restore(octx, shard, log)
@@ -278,7 +304,8 @@ func (e *Engine) own(ctx context.Context, shard int, leaseRev uint64, log *slog.
 	}
 	lost(err)
 	<-renewDone
-	if ctx.Err() != nil && sh != nil && context.Cause(octx) == context.Canceled {
+	balanced = errors.Is(context.Cause(octx), errHandover)
+	if sh != nil && (balanced || ctx.Err() != nil && context.Cause(octx) == context.Canceled) {
 		// A graceful stop: the last checkpoint, then the lease, so that
 		// another replica takes over at once.
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -289,8 +316,8 @@ func (e *Engine) own(ctx context.Context, shard int, leaseRev uint64, log *slog.
 		leaseMu.Lock()
 		_ = e.leases.Delete(sctx, leaseKey(shard), jetstream.LastRevision(leaseRev))
 		leaseMu.Unlock()
-		log.Info("rules: shard handed over")
-		return
+		log.Info("rules: shard handed over", "balance", balanced)
+		return balanced
 	}
 	if err != nil && ctx.Err() == nil {
 		log.Warn("rules: shard lost", "err", err)
@@ -303,4 +330,5 @@ func (e *Engine) own(ctx context.Context, shard int, leaseRev uint64, log *slog.
 		cancel()
 		sleep(ctx, e.cfg.LeaseTTL/4)
 	}
+	return false
 }

@@ -200,3 +200,25 @@ func TestGroupsAreBoundedAndFiringGroupsKept(t *testing.T) {
 		t.Errorf("notifications (-want +got):\n%s", diff)
 	}
 }
+
+func TestCheckpointRoundTripKeepsStateUsable(t *testing.T) {
+	r := backoffRule(false)
+	st := newRuleState(r.UID)
+	in := checkpointData{Seq: 7, Rules: map[string]*ruleState{r.UID: st}}
+	b, err := encodeCheckpoint(&in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out checkpointData
+	if err := decodeCheckpoint(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Seq != 7 || out.Rules[r.UID] == nil {
+		t.Fatalf("decoded %+v", out)
+	}
+	// A restored rule goes on counting (its empty maps were left out).
+	fired := run(r, out.Rules[r.UID], []*eventgatev1.Event{podEvent("e1", "Warning", "BackOff", "a")}, []int{0})
+	if len(fired) != 0 || len(out.Rules[r.UID].Groups) != 1 {
+		t.Errorf("after restore: fired %v, groups %d", states(fired), len(out.Rules[r.UID].Groups))
+	}
+}

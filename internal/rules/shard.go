@@ -72,9 +72,7 @@ func (e *Engine) restore(ctx context.Context, n int, log *slog.Logger) (*shard, 
 		if err := decodeCheckpoint(ent.Value(), &sh.state); err != nil {
 			return nil, fmt.Errorf("decode checkpoint: %w", err)
 		}
-		if sh.state.Rules == nil {
-			sh.state.Rules = map[string]*ruleState{}
-		}
+
 		sh.rev = ent.Revision()
 	}
 	if err := sh.checkpoint(ctx); err != nil {
@@ -341,5 +339,20 @@ func decodeCheckpoint(b []byte, c *checkpointData) error {
 		return err
 	}
 	defer zr.Close()
-	return json.NewDecoder(zr).Decode(c)
+	if err := json.NewDecoder(zr).Decode(c); err != nil {
+		return err
+	}
+	// Empty maps are left out of the encoding.
+	if c.Rules == nil {
+		c.Rules = map[string]*ruleState{}
+	}
+	for _, st := range c.Rules {
+		if st.Groups == nil {
+			st.Groups = map[string]*groupState{}
+		}
+		if st.Series == nil {
+			st.Series = map[string]time.Time{}
+		}
+	}
+	return nil
 }
