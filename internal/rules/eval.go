@@ -182,15 +182,16 @@ func (r *Rule) evaluate(st *ruleState, ev *eventgatev1.Event, t time.Time, match
 		}
 		if matched {
 			n := occurrences(g, ev)
+			at := occurredAt(ev, t)
 			for i := 0; i < min(n, c.Threshold); i++ {
-				g.Times = append(g.Times, t)
+				g.Times = insertSorted(g.Times, at)
 			}
 			if extra := len(g.Times) - c.Threshold; extra > 0 {
 				g.Times = append(g.Times[:0], g.Times[extra:]...)
 			}
 			g.LastSeen = t
 			g.Last = marshalEvent(ev)
-			if r.countHolds(g, t) && !g.Firing {
+			if r.burst(g) && !g.Firing {
 				out = append(out, r.fire(g, t, ev, len(g.Times)))
 			}
 		}
@@ -240,11 +241,20 @@ func (r *Rule) evaluate(st *ruleState, ev *eventgatev1.Event, t time.Time, match
 	return out
 }
 
-// countHolds reports whether g has threshold occurrences within the
-// window ending at t.
-func (r *Rule) countHolds(g *groupState, t time.Time) bool {
+// burst reports whether g's latest threshold occurrences happened within
+// one window: the condition held when the last of them happened.
+func (r *Rule) burst(g *groupState) bool {
 	n := r.Condition.Threshold
-	return len(g.Times) >= n && !g.Times[len(g.Times)-n].Before(t.Add(-r.Condition.Window))
+	return len(g.Times) >= n && g.Times[len(g.Times)-1].Sub(g.Times[len(g.Times)-n]) <= r.Condition.Window
+}
+
+// quiet reports whether a whole window has passed, at t, since g's last
+// occurrence: a firing count resolves then. (Not as soon as the window
+// holds fewer than the threshold: the intake writes a series' occurrences
+// up to a flush interval late, and a steady crash loop would resolve and
+// fire again between its writes.)
+func (r *Rule) quiet(g *groupState, t time.Time) bool {
+	return len(g.Times) == 0 || !t.Before(g.Times[len(g.Times)-1].Add(r.Condition.Window))
 }
 
 func (r *Rule) fire(g *groupState, t time.Time, ev *eventgatev1.Event, count int) Fired {
@@ -270,7 +280,7 @@ func (r *Rule) tick(st *ruleState, t time.Time) []Fired {
 	for key, g := range st.Groups {
 		switch c.Kind {
 		case KindCount:
-			if g.Firing && !r.countHolds(g, t) {
+			if g.Firing && r.quiet(g, t) {
 				out = append(out, r.resolve(g, t, unmarshalEvent(g.Last))...)
 			}
 			if !g.Firing && (len(g.Times) == 0 || g.Times[len(g.Times)-1].Before(t.Add(-c.Window))) {
@@ -308,4 +318,37 @@ func forgetOldest(m map[string]time.Time) {
 		}
 	}
 	delete(m, oldest)
+}
+
+// maxSeriesLag bounds how far before its write a series update's last
+// occurrence may be taken to have happened (the intake writes a series'
+// count at most every flush interval, 30s by default).
+const maxSeriesLag = 5 * time.Minute
+
+// occurredAt is when the occurrences ev stands for happened, for a count's
+// window: the log time t, or, for a series update, its last observed time
+// when that is shortly before t (the intake folds occurrences and writes
+// them later; their window is when they happened, not when written).
+func occurredAt(ev *eventgatev1.Event, t time.Time) time.Time {
+	lo := ev.GetSeries().GetLastObservedTime()
+	if lo == nil || !lo.IsValid() {
+		return t
+	}
+	at := lo.AsTime()
+	if at.After(t) || t.Sub(at) > maxSeriesLag {
+		return t
+	}
+	return at
+}
+
+// insertSorted adds at to the ascending times.
+func insertSorted(times []time.Time, at time.Time) []time.Time {
+	i := len(times)
+	for i > 0 && times[i-1].After(at) {
+		i--
+	}
+	times = append(times, time.Time{})
+	copy(times[i+1:], times[i:])
+	times[i] = at
+	return times
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/query"
@@ -68,7 +69,7 @@ func TestCountFiresOncePerGroupAndResolvesOnResolveEvent(t *testing.T) {
 	}
 }
 
-func TestCountResolvesWhenTheWindowSlidesPast(t *testing.T) {
+func TestCountResolvesAfterAQuietWindow(t *testing.T) {
 	r := backoffRule(false)
 	st := newRuleState(r.UID)
 	var evs []*eventgatev1.Event
@@ -78,8 +79,12 @@ func TestCountResolvesWhenTheWindowSlidesPast(t *testing.T) {
 		at = append(at, i)
 	}
 	fired := run(r, st, evs, at)
-	fired = append(fired, r.tick(st, t0.Add(30*time.Second))...) // e1 still within a minute
-	fired = append(fired, r.tick(st, t0.Add(62*time.Second))...) // e1 is older than a minute
+	fired = append(fired, r.tick(st, t0.Add(30*time.Second))...) // e5 (at 5s) within a minute
+	fired = append(fired, r.tick(st, t0.Add(64*time.Second))...) // still
+	if len(fired) != 1 {
+		t.Fatalf("resolved before a quiet minute: %v", states(fired))
+	}
+	fired = append(fired, r.tick(st, t0.Add(65*time.Second))...) // a minute without one: resolved
 	fired = append(fired, r.tick(st, t0.Add(90*time.Second))...)
 	if diff := cmp.Diff([]string{"firing:e5", "resolved:e5"}, states(fired)); diff != "" {
 		t.Fatalf("notifications (-want +got):\n%s", diff)
@@ -220,5 +225,20 @@ func TestCheckpointRoundTripKeepsStateUsable(t *testing.T) {
 	fired := run(r, out.Rules[r.UID], []*eventgatev1.Event{podEvent("e1", "Warning", "BackOff", "a")}, []int{0})
 	if len(fired) != 0 || len(out.Rules[r.UID].Groups) != 1 {
 		t.Errorf("after restore: fired %v, groups %d", states(fired), len(out.Rules[r.UID].Groups))
+	}
+}
+
+func TestCountWindowUsesWhenSeriesOccurrencesHappened(t *testing.T) {
+	r := backoffRule(false)
+	st := newRuleState(r.UID)
+	first := podEvent("s", "Warning", "BackOff", "a")
+	// Written at 90s, the series' 5th occurrence happened at 55s: the five
+	// fall within a minute of the first (at 0s).
+	series := podEvent("s", "Warning", "BackOff", "a")
+	series.Series = &eventgatev1.EventSeries{Count: 5, State: "Ongoing", LastObservedTime: timestamppb.New(t0.Add(55 * time.Second))}
+	fired := run(r, st, []*eventgatev1.Event{first}, []int{0})
+	fired = append(fired, r.evaluate(st, series, t0.Add(90*time.Second), true, false)...)
+	if diff := cmp.Diff([]string{"firing:s"}, states(fired)); diff != "" {
+		t.Fatalf("notifications (-want +got):\n%s", diff)
 	}
 }

@@ -522,9 +522,10 @@ func (*EveryCondition) Descriptor() ([]byte, []int) {
 	return file_eventgate_v1_rules_service_proto_rawDescGZIP(), []int{3}
 }
 
-// CountCondition fires when a group has at least threshold matching events within window, and
-// resolves when it no longer has (the window slid past them) or when an event matching
-// resolve_field_selector arrives for the group.
+// CountCondition fires when a group has at least threshold matching events within window (a
+// series update counts its increase, at its last observed time), and resolves once a whole
+// window passes without a matching event for the group, or at once when an event matching
+// resolve_field_selector arrives for it.
 type CountCondition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many events, at least 1.
