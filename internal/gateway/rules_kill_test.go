@@ -18,7 +18,7 @@ import (
 	"github.com/eventgate/eventgate/internal/natstest"
 )
 
-// leaseOwners reads which replica holds each rules shard's lease.
+// leaseOwners reads which replica holds each rules shard's lease, by shard.
 func leaseOwners(ctx context.Context, t *testing.T, url string) map[string]string {
 	t.Helper()
 	nc, err := nats.Connect(url)
@@ -40,6 +40,9 @@ func leaseOwners(ctx context.Context, t *testing.T, url string) map[string]strin
 		return out
 	}
 	for k := range keys.Keys() {
+		if !strings.HasPrefix(k, "shard.") {
+			continue // a member's announcement
+		}
 		if e, err := kv.Get(ctx, k); err == nil {
 			out[k] = string(e.Value())
 		}
