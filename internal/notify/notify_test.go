@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,7 +14,12 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/event"
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/natstest"
 	"github.com/eventgate/eventgate/internal/rules"
 )
 
@@ -441,5 +447,80 @@ func TestReplicasShareTheShardsWithoutLosingOrDoublingNotifications(t *testing.T
 				t.Errorf("notification %s delivered %d times, want once", id, ids[id])
 			}
 		}
+	}
+}
+
+// TestRulesOnAReplicatedCluster runs the rules on a three-node JetStream
+// cluster with every stream and bucket replicated three times, where the
+// KV compare-and-set conflicts carry other error codes.
+func TestRulesOnAReplicatedCluster(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	scfg := ejs.DefaultConfig()
+	scfg.Replicas = 3
+	if _, err := ejs.EnsureStream(ctx, js, scfg); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	store, err := rules.OpenStore(ctx, js, "eventgate_rules", 3, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	rcfg := rules.DefaultConfig()
+	rcfg.Shards, rcfg.LeaseTTL, rcfg.Replicas, rcfg.ReplicaID = 2, 2*time.Second, 3, "a"
+	engine, err := rules.Start(ctx, js, store, rcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Stop()
+	ncfg := DefaultConfig()
+	ncfg.Replicas, ncfg.IdleWait = 3, 200*time.Millisecond
+	disp, err := Start(ctx, js, nc, engine, store, ncfg, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer disp.Stop()
+
+	rc := newReceiver(t, verifying)
+	r := &rules.Rule{UID: "cluster-rule", Name: "backoff", Tenant: tenant, Filter: reasonFilter("BackOff"),
+		Condition:   rules.Condition{Kind: rules.KindCount, Threshold: 3, Window: time.Minute},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret}}
+	stored, err := store.Create(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Create(ctx, r); !errors.Is(err, rules.ErrExists) {
+		t.Errorf("a second rule of the same name: %v, want ErrExists", err)
+	}
+	if _, err := store.Update(ctx, stored, stored.Revision+10); !errors.Is(err, rules.ErrConflict) {
+		t.Errorf("an update at a stale revision: %v, want ErrConflict", err)
+	}
+	for !engine.Evaluates(r.UID) {
+		if ctx.Err() != nil {
+			t.Fatal("the rule is not evaluated")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the engine
+	}
+	for i := 0; i < 3; i++ {
+		b, _ := event.Marshal(&eventgatev1.Event{Uid: fmt.Sprintf("c-%d", i), Reason: "BackOff", Type: "Warning",
+			Regarding: &eventgatev1.ObjectReference{Kind: "Pod", Name: "p"}, Tenant: &eventgatev1.Tenant{Type: "project", Name: "p1"}})
+		ev, _ := event.Unmarshal(b)
+		if _, err := js.Publish(ctx, event.SubjectOf(ev), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rc.next(t, 20*time.Second); got.id != r.ID()+":c-2:firing" {
+		t.Errorf("notification %q", got.id)
 	}
 }
