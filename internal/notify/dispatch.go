@@ -326,13 +326,17 @@ func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
 	w.record(ctx, rule.UID, rec)
 	if out.err != nil && now.Sub(w.failingSince) >= w.d.cfg.PauseAfter {
 		reason := fmt.Sprintf("destination failing since %s: %s", w.failingSince.UTC().Format(time.RFC3339), rec.Error)
-		if err := w.d.store.Pause(ctx, rule.Tenant, rule.Name, rule.UID, reason); err != nil {
+		// Not ctx: pausing the rule stops this worker, which may cancel
+		// ctx before the pause is acknowledged or told.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := w.d.store.Pause(pctx, rule.Tenant, rule.Name, rule.UID, reason); err != nil {
 			w.log.Warn("notify: pause rule", "err", err)
 			return
 		}
 		w.log.Warn("notify: rule paused", "reason", reason)
 		if w.d.onPause != nil {
-			w.d.onPause(ctx, rule, reason)
+			w.d.onPause(pctx, rule, reason)
 		}
 		w.failingSince = time.Time{}
 	}
