@@ -161,6 +161,23 @@ func TestRulesRESTFiresOnEmittedSeriesAndKeepsSecretsWriteOnly(t *testing.T) {
 		t.Errorf("oldest delivery: %v", d)
 	}
 
+	// Redelivery sends the firing notification again, under its id.
+	firing := ds[len(ds)-1].(map[string]any)["notificationId"].(string)
+	if code, m := restJSON(t, http.MethodPost, base+"/backoff:redeliver", `{"tenant":{"type":"project","name":"shop"},"notificationId":"`+firing+`"}`); code != http.StatusOK {
+		t.Fatalf("redeliver: %d %v", code, m)
+	}
+	select {
+	case n = <-got:
+		if n.ID != firing {
+			t.Errorf("redelivered %s, want %s", n.ID, firing)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no redelivery")
+	}
+	if code, m := restJSON(t, http.MethodPost, base+"/backoff:redeliver", `{"tenant":{"type":"project","name":"shop"},"notificationId":"nope"}`); code != http.StatusNotFound {
+		t.Errorf("redeliver of an unknown notification: %d %v", code, m)
+	}
+
 	code, m = restJSON(t, http.MethodGet, base+q, "")
 	if rs, _ := m["rules"].([]any); code != http.StatusOK || len(rs) != 1 {
 		t.Errorf("list: %d %v", code, m)
