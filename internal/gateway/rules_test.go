@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/eventgate/eventgate/client/signature"
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/config"
-	"github.com/eventgate/eventgate/internal/notify"
 	"github.com/eventgate/eventgate/internal/rules"
 )
 
@@ -35,7 +35,7 @@ func signedReceiver(t *testing.T) (*httptest.Server, <-chan rules.Notification) 
 	got := make(chan rules.Notification, 100)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if err := notify.Verify([]byte(ruleSecret), r.Header.Get(notify.HeaderTimestamp), r.Header.Get(notify.HeaderSignature), body, 5*time.Minute, time.Now()); err != nil {
+		if err := signature.Verify([]byte(ruleSecret), r.Header.Get(signature.HeaderTimestamp), r.Header.Get(signature.HeaderSignature), body, 5*time.Minute, time.Now()); err != nil {
 			t.Errorf("delivery with a bad signature: %v", err)
 			w.WriteHeader(http.StatusUnauthorized)
 			return

@@ -20,6 +20,7 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/nats-io/nats.go"
 
+	"github.com/eventgate/eventgate/client/signature"
 	"github.com/eventgate/eventgate/internal/rules"
 )
 
@@ -69,9 +70,9 @@ func (s *sender) send(ctx context.Context, d rules.Destination, n *rules.Notific
 	case rules.DestWebhook:
 		ts := time.Now().Unix()
 		return s.post(ctx, d.URL, body, map[string]string{
-			HeaderID:        n.ID,
-			HeaderTimestamp: strconv.FormatInt(ts, 10),
-			HeaderSignature: Sign([]byte(d.Secret), ts, body),
+			signature.HeaderID:        n.ID,
+			signature.HeaderTimestamp: strconv.FormatInt(ts, 10),
+			signature.HeaderSignature: signature.Sign([]byte(d.Secret), ts, body),
 		})
 	case rules.DestSlack:
 		b, _ := json.Marshal(map[string]string{"text": n.Message})

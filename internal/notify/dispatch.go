@@ -1,3 +1,15 @@
+// Package notify delivers the notifications of rules (package rules queues
+// them): each rule's queue is a durable consumer of the notifications
+// stream, served by the replica that owns the rule's shard, one worker per
+// rule so that a slow or dead destination delays nothing but itself.
+// Delivery is at least once, under the notification's id; a failed attempt
+// is retried with exponential backoff until the retry period ends (a dead
+// letter), every attempt is recorded in the deliveries stream (the
+// delivery log), and a destination failing for too long pauses its rule.
+//
+// dispatch.go runs the workers; destinations.go sends to webhooks (signed
+// by package client/signature), Slack, CloudEvents sinks and NATS; log.go
+// keeps and reads the delivery log.
 package notify
 
 import (

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/eventgate/eventgate/client/signature"
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
@@ -269,7 +270,7 @@ func newReceiver(t *testing.T, check func(http.Header, []byte) error) *receiver 
 				return
 			}
 		}
-		got := received{id: r.Header.Get(HeaderID), header: r.Header.Clone(), body: body}
+		got := received{id: r.Header.Get(signature.HeaderID), header: r.Header.Clone(), body: body}
 		rc.mu.Lock()
 		rc.got = append(rc.got, got)
 		rc.mu.Unlock()

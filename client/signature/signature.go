@@ -1,16 +1,13 @@
-// Package notify delivers the notifications of rules (package rules queues
-// them): each rule's queue is a durable consumer of the notifications
-// stream, served by the replica that owns the rule's shard, one worker per
-// rule so that a slow or dead destination delays nothing but itself.
-// Delivery is at least once, under the notification's id; a failed attempt
-// is retried with exponential backoff until the retry period ends (a dead
-// letter), every attempt is recorded in the deliveries stream (the
-// delivery log), and a destination failing for too long pauses its rule.
+// Package signature signs and verifies eventgate's webhook notifications:
+// the Eventgate-Signature header is "v1=" and the hex HMAC-SHA256, keyed
+// with the rule's secret, of the Eventgate-Timestamp header (Unix
+// seconds), a '.', and the raw body. A receiver calls Verify with the
+// headers and the body as received, and deduplicates by Eventgate-Id
+// (delivery is at least once).
 //
-// destinations.go sends to webhooks (signed, sign.go), Slack, CloudEvents
-// sinks and NATS; dispatch.go runs the workers; log.go keeps and reads the
-// delivery log.
-package notify
+// This package owns the scheme; the gateway's delivery (internal/notify)
+// signs with it.
+package signature
 
 import (
 	"crypto/hmac"
