@@ -506,3 +506,39 @@ func TestRulesOnAReplicatedCluster(t *testing.T) {
 		t.Errorf("notification %q", got.id)
 	}
 }
+
+func TestASlowDestinationDelaysNoOtherRule(t *testing.T) {
+	e := newEnv(t)
+	e.ncfg.Timeout = 30 * time.Second
+	rep := e.start("a")
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // hangs until the test ends
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer slow.Close()
+	defer close(release)
+	fast := newReceiver(t, verifying)
+	e.createRule(rep, &rules.Rule{
+		Name: "slow", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: slow.URL, Secret: secret},
+	}, rep)
+	fr := e.createRule(rep, &rules.Rule{
+		Name: "fast", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: fast.srv.URL, Secret: secret},
+	}, rep)
+	start := time.Now()
+	for i := 0; i < 10; i++ {
+		e.emit(podEvent("Normal", "Deployed", fmt.Sprintf("app-%d", i)))
+	}
+	for i := 1; i <= 10; i++ {
+		if got := fast.next(t, 5*time.Second); got.id != fmt.Sprintf("%s:ev-%d:firing", fr.ID(), i) {
+			t.Errorf("fast destination got %s", got.id)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the fast destination got its 10 notifications in %s, behind the hung one", d)
+	}
+}
