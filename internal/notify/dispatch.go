@@ -308,13 +308,16 @@ func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
 	rule := w.current()
 	w.log.Debug("notify: deliver", "id", n.ID, "attempt", meta.NumDelivered)
 	_ = m.InProgress()
-	actx, cancel := context.WithTimeout(ctx, w.d.cfg.Timeout)
+	// Not ctx: a worker stopping (its rule handed over, the gateway
+	// shutting down) finishes the attempt it started, within the timeout,
+	// and settles it; cut short, it would leave the notification to the
+	// ack wait, and to be sent twice if it had arrived.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.d.cfg.Timeout+5*time.Second)
+	defer cancel()
+	actx, acancel := context.WithTimeout(ctx, w.d.cfg.Timeout)
 	start := time.Now()
 	out := w.d.sender.send(actx, rule.Destination, &n, m.Data())
-	cancel()
-	if ctx.Err() != nil {
-		return // stopping: not an attempt; delivered again
-	}
+	acancel()
 	rec := Record{NotificationID: n.ID, Seq: meta.Sequence.Stream, State: n.State, EventUID: n.EventUID(), Created: n.Time,
 		Time: start.UTC(), Latency: time.Since(start), Code: out.code}
 	now := time.Now()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,10 +305,9 @@ func TestSlackAndNATSDestinations(t *testing.T) {
 	}
 }
 
-func TestDeadLetterPausesTheRuleAndRedeliverSendsItAgain(t *testing.T) {
+func TestDeadLetterIsRecordedAndRedeliverSendsItAgain(t *testing.T) {
 	e := newEnv(t)
 	e.ncfg.RetryFor = 300 * time.Millisecond
-	e.ncfg.PauseAfter = 200 * time.Millisecond
 	rep := e.start("a")
 	rc := newReceiver(t, verifying)
 	rc.down.Store(true)
@@ -332,18 +332,7 @@ func TestDeadLetterPausesTheRuleAndRedeliverSendsItAgain(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // polling the delivery log
 	}
-	stored, err := rep.store.Get(ctx, tenant, r.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !stored.Paused || stored.PausedReason == "" {
-		t.Errorf("rule after its destination failed past PauseAfter: paused %v, reason %q", stored.Paused, stored.PausedReason)
-	}
 	rc.down.Store(false)
-	stored.Paused, stored.PausedReason = false, ""
-	if _, err := rep.store.Update(ctx, stored, stored.Revision); err != nil {
-		t.Fatal(err)
-	}
 	if err := rep.disp.Redeliver(ctx, r.UID, ds[0].NotificationID); err != nil {
 		t.Fatal(err)
 	}
@@ -352,6 +341,7 @@ func TestDeadLetterPausesTheRuleAndRedeliverSendsItAgain(t *testing.T) {
 	}
 	deadline = time.Now().Add(10 * time.Second)
 	for {
+		var err error
 		if ds, err = rep.disp.Deliveries(ctx, r.UID, 10); err != nil {
 			t.Fatal(err)
 		}
@@ -540,5 +530,46 @@ func TestASlowDestinationDelaysNoOtherRule(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the fast destination got its 10 notifications in %s, behind the hung one", d)
+	}
+}
+
+func TestFailingDestinationPausesItsRuleUntilResumed(t *testing.T) {
+	e := newEnv(t)
+	e.ncfg.PauseAfter = 200 * time.Millisecond
+	rep := e.start("a")
+	rc := newReceiver(t, verifying)
+	rc.down.Store(true)
+	r := e.createRule(rep, &rules.Rule{
+		Name: "every", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
+	}, rep)
+	e.emit(podEvent("Normal", "Deployed", "app"))
+	ctx := context.Background()
+	var stored *rules.Rule
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var err error
+		if stored, err = rep.store.Get(ctx, tenant, r.Name); err != nil {
+			t.Fatal(err)
+		}
+		if stored.Paused {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the rule was not paused")
+		}
+		time.Sleep(50 * time.Millisecond) // polling the rule
+	}
+	if !strings.Contains(stored.PausedReason, "HTTP 503") {
+		t.Errorf("paused reason %q", stored.PausedReason)
+	}
+	// Back up, then resumed: the notification waited in the queue.
+	rc.down.Store(false)
+	rc.none(t, 500*time.Millisecond)
+	stored.Paused, stored.PausedReason = false, ""
+	if _, err := rep.store.Update(ctx, stored, stored.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if got := rc.next(t, 10*time.Second); got.id != r.ID()+":ev-1:firing" {
+		t.Errorf("after resuming: %s", got.id)
 	}
 }
