@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,5 +241,24 @@ func TestCountWindowUsesWhenSeriesOccurrencesHappened(t *testing.T) {
 	fired = append(fired, r.evaluate(st, series, t0.Add(90*time.Second), true, false)...)
 	if diff := cmp.Diff([]string{"firing:s"}, states(fired)); diff != "" {
 		t.Fatalf("notifications (-want +got):\n%s", diff)
+	}
+}
+
+func TestTemplatesCannotAllocateWithoutBound(t *testing.T) {
+	r := &Rule{UID: "u8", Name: "t", Tenant: Tenant{Type: "project", Name: "p1"}, Condition: Condition{Kind: KindEvery}}
+	f := Fired{ID: "x", State: StateFiring, Event: podEvent("e1", "Normal", "Started", "a")}
+	for _, text := range []string{`{{printf "%999999999d" 1}}`, `{{printf "%*d" 999999999 1}}`, `{{range $i, $c := .Event.Note}}{{$.Event}}{{end}}{{range .Event.Note}}{{end}}` + strings.Repeat("{{.Event}}", 200)} {
+		tmpl, err := CompileTemplate(text)
+		if err != nil {
+			t.Fatalf("%s: %v", text, err)
+		}
+		n := r.notification(f, tmpl)
+		if len(n.Message) > MaxMessage || !strings.Contains(n.Message, "template failed") {
+			t.Errorf("%s: message of %d bytes: %.100s", text, len(n.Message), n.Message)
+		}
+	}
+	tmpl, _ := CompileTemplate(`{{printf "%-10s|" .Event.Reason}}`)
+	if n := r.notification(f, tmpl); n.Message != "Started   |" {
+		t.Errorf("a modest printf: %q", n.Message)
 	}
 }

@@ -3,6 +3,7 @@ package rules
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"text/template"
@@ -77,7 +78,7 @@ func CompileTemplate(text string) (*template.Template, error) {
 	if text == "" {
 		text = DefaultTemplate
 	}
-	t, err := template.New("message").Option("missingkey=zero").Parse(text)
+	t, err := template.New("message").Option("missingkey=zero").Funcs(safeFuncs).Parse(text)
 	if err != nil {
 		return nil, fieldErr("template", "%v", strings.TrimPrefix(err.Error(), "template: "))
 	}
@@ -97,7 +98,7 @@ func (r *Rule) notification(f Fired, tmpl *template.Template) *Notification {
 			n.Event = b
 		}
 	}
-	var buf bytes.Buffer
+	var buf limitedBuffer
 	ev := f.Event
 	if ev == nil {
 		ev = &eventgatev1.Event{}
@@ -106,7 +107,7 @@ func (r *Rule) notification(f Fired, tmpl *template.Template) *Notification {
 		if err := tmpl.Execute(&buf, templateData{Rule: r.ID(), Tenant: r.Tenant, State: f.State, Condition: r.Condition.Kind,
 			Group: f.Group, Count: f.Count, Time: f.Time, Event: ev}); err != nil {
 			buf.Reset()
-			fmt.Fprintf(&buf, "[%s] %s (template failed: %v)", f.State, r.ID(), err)
+			fmt.Fprintf(&buf.Buffer, "[%s] %s (template failed: %v)", f.State, r.ID(), err)
 		}
 	}
 	n.Message = buf.String()
@@ -122,4 +123,61 @@ func unmarshalEvent(b []byte) *eventgatev1.Event {
 	ev := &eventgatev1.Event{}
 	_ = proto.Unmarshal(b, ev)
 	return ev
+}
+
+// MaxMessage bounds a rendered message.
+const MaxMessage = 16 << 10
+
+var errTooLong = fmt.Errorf("message longer than %d bytes", MaxMessage)
+
+// limitedBuffer refuses to grow past MaxMessage: a rule's template is
+// tenant input and must not make the gateway allocate without bound.
+type limitedBuffer struct{ bytes.Buffer }
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > MaxMessage {
+		return 0, errTooLong
+	}
+	return b.Buffer.Write(p)
+}
+
+// safeFuncs replace the printing builtins with ones that refuse a width
+// or precision over 1024 (or taken from an argument): "%999999999d" would
+// allocate a gigabyte before a single byte reached the buffer.
+var safeFuncs = template.FuncMap{
+	"printf": func(format string, args ...any) (string, error) {
+		if err := checkFormat(format); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf(format, args...), nil
+	},
+}
+
+func checkFormat(format string) error {
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' {
+			continue
+		}
+		n := 0
+		for i++; i < len(format); i++ {
+			c := format[i]
+			switch {
+			case c == '*':
+				return errors.New("printf: widths from arguments are not allowed")
+			case c >= '0' && c <= '9':
+				n = n*10 + int(c-'0')
+				if n > 1024 {
+					return errors.New("printf: widths and precisions are at most 1024")
+				}
+				continue
+			case c == '.':
+				n = 0
+				continue
+			case strings.ContainsRune("+-# ", rune(c)):
+				continue
+			}
+			break
+		}
+	}
+	return nil
 }
