@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,7 +88,7 @@ func newEnv(t *testing.T) *testEnv {
 	for _, b := range []string{"eventgate_rules", "eventgate_rules_state", "eventgate_rules_leases"} {
 		_ = e.pub.DeleteKeyValue(ctx, b)
 	}
-	if _, err := ejs.EnsureStream(ctx, e.pub, ejs.DefaultConfig()); err != nil {
+	if err := retryStore(func() error { _, err := ejs.EnsureStream(ctx, e.pub, ejs.DefaultConfig()); return err }); err != nil {
 		t.Fatal(err)
 	}
 	e.rcfg = rules.DefaultConfig()
@@ -109,6 +110,19 @@ func newEnv(t *testing.T) *testEnv {
 	return e
 }
 
+// retryStore retries fn while the server refuses to create a stream's
+// store: a stream deleted by the previous test may still be going away
+// on disk (API error 10049).
+func retryStore(fn func() error) error {
+	for i := 0; ; i++ {
+		err := fn()
+		if err == nil || i == 50 || !strings.Contains(err.Error(), "10049") {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond) // the old stream's files being removed
+	}
+}
+
 // start starts a replica. Its Close is graceful; kill is not.
 func (e *testEnv) start(id string) *replica {
 	e.t.Helper()
@@ -126,15 +140,18 @@ func (e *testEnv) start(id string) *replica {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("replica", id)
 	}
-	if r.store, err = rules.OpenStore(ctx, r.js, e.rcfg.RulesBucket, 1, log); err != nil {
+	if err = retryStore(func() (err error) { r.store, err = rules.OpenStore(ctx, r.js, e.rcfg.RulesBucket, 1, log); return err }); err != nil {
 		e.t.Fatal(err)
 	}
 	cfg := e.rcfg
 	cfg.ReplicaID = id
-	if r.engine, err = rules.Start(ctx, r.js, r.store, cfg, log); err != nil {
+	if err = retryStore(func() (err error) { r.engine, err = rules.Start(ctx, r.js, r.store, cfg, log); return err }); err != nil {
 		e.t.Fatal(err)
 	}
-	if r.disp, err = Start(ctx, r.js, r.nc, r.engine, r.store, e.ncfg, nil, log); err != nil {
+	if err = retryStore(func() (err error) {
+		r.disp, err = Start(ctx, r.js, r.nc, r.engine, r.store, e.ncfg, nil, log)
+		return err
+	}); err != nil {
 		e.t.Fatal(err)
 	}
 	e.cleanup = append(e.cleanup, r.close)
