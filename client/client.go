@@ -161,6 +161,7 @@ type Client struct {
 	conn      *grpc.ClientConn
 	events    eventgatev1.EventServiceClient
 	analytics eventgatev1.AnalyticsServiceClient
+	rules     eventgatev1.RulesServiceClient
 	timeout   time.Duration
 }
 
@@ -198,6 +199,7 @@ func New(target string, opts ...Option) (*Client, error) {
 		conn:      conn,
 		events:    eventgatev1.NewEventServiceClient(conn),
 		analytics: eventgatev1.NewAnalyticsServiceClient(conn),
+		rules:     eventgatev1.NewRulesServiceClient(conn),
 		timeout:   o.timeout,
 	}, nil
 }
@@ -211,6 +213,10 @@ func (c *Client) Events() eventgatev1.EventServiceClient { return c.events }
 
 // Analytics is the generated AnalyticsService client.
 func (c *Client) Analytics() eventgatev1.AnalyticsServiceClient { return c.analytics }
+
+// Rules is the generated RulesService client: a tenant's rules and their
+// deliveries.
+func (c *Client) Rules() eventgatev1.RulesServiceClient { return c.rules }
 
 // withTimeout gives ctx the client's default timeout when it has no
 // deadline.

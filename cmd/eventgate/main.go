@@ -121,6 +121,6 @@ EVENTGATE_TENANT, else the current context of the contexts file ($EVENTGATE_CONF
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	g.addFlags(root)
-	root.AddCommand(newEmit(g), newWatch(g), newGet(g), newQuery(g), newTop(g), newHistogram(g), newWhoami(g), newConfig(g))
+	root.AddCommand(newEmit(g), newWatch(g), newGet(g), newQuery(g), newTop(g), newHistogram(g), newWhoami(g), newConfig(g), newRules(g))
 	return root
 }

@@ -35,10 +35,13 @@ const (
 	// tenant, so only a grant on the global tenant, which only platform
 	// principals hold, may carry it.
 	VerbAdmin Verb = "admin"
+	// VerbRules manages a tenant's rules (RulesService); a rule also needs
+	// the watch verb on its tenant, since it sees what a watch would.
+	VerbRules Verb = "rules"
 )
 
 // Verbs lists every verb.
-var Verbs = []Verb{VerbEmit, VerbWatch, VerbQuery, VerbAnalytics, VerbAdmin}
+var Verbs = []Verb{VerbEmit, VerbWatch, VerbQuery, VerbAnalytics, VerbAdmin, VerbRules}
 
 func (v Verb) valid() bool { return slices.Contains(Verbs, v) }
 

@@ -15,7 +15,7 @@ import (
 func TestEveryViewIsLabelledAndKeyboardUsable(t *testing.T) {
 	gw := shared(t)
 	ctx := tab(t)
-	for _, view := range []string{"tail", "search", "top", "series"} {
+	for _, view := range []string{"tail", "search", "top", "series", "rules"} {
 		do(t, ctx, chromedp.Navigate(gw.url+"/ui/#/"+view))
 		waitJS(t, ctx, view+" rendered", `!!document.querySelector('#main form')`, 10*time.Second)
 		unlabelled := eval[[]string](t, ctx, `[...document.querySelectorAll('input, select, textarea')]

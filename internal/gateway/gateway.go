@@ -100,6 +100,7 @@ type Gateway struct {
 	ready      *readiness
 	replica    *replica
 	auth       *authz.Authenticator
+	rules      rulesParts // rules.go
 
 	closeOnce sync.Once
 }
@@ -161,6 +162,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		tracker = g.intake
 	}
 	g.tenants = service.NewTenants(lim, tracker, g.store, log)
+	if err := g.startRules(ctx); err != nil {
+		return nil, err
+	}
 	if err := g.newServers(analytics); err != nil {
 		return nil, err
 	}
@@ -322,6 +326,7 @@ func (g *Gateway) newServers(analytics *service.Analytics) error {
 		eventgatev1.RegisterEventServiceServer(srv, g.events)
 		eventgatev1.RegisterAnalyticsServiceServer(srv, analytics)
 		eventgatev1.RegisterTenantServiceServer(srv, g.tenants)
+		eventgatev1.RegisterRulesServiceServer(srv, g.rules.svc)
 		healthpb.RegisterHealthServer(srv, g.health)
 		reflection.Register(srv)
 		grpcMetrics.InitializeMetrics(srv)
@@ -522,6 +527,7 @@ func (g *Gateway) Close() {
 		if g.hub != nil {
 			g.hub.Stop()
 		}
+		g.stopRules()
 		if g.intake != nil {
 			// Checkpoint the partitions this replica owns so another takes
 			// them over without replaying much.

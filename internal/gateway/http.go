@@ -196,6 +196,9 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 	if err := eventgatev1.RegisterTenantServiceHandlerClient(ctx, gw, eventgatev1.NewTenantServiceClient(g.proxy)); err != nil {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
+	if err := eventgatev1.RegisterRulesServiceHandlerClient(ctx, gw, eventgatev1.NewRulesServiceClient(g.proxy)); err != nil {
+		return nil, fmt.Errorf("rules rest gateway: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

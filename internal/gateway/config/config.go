@@ -24,6 +24,8 @@ import (
 	"github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/k8sapi"
 	"github.com/eventgate/eventgate/internal/limits"
+	"github.com/eventgate/eventgate/internal/notify"
+	"github.com/eventgate/eventgate/internal/rules"
 	"github.com/eventgate/eventgate/internal/webhook"
 )
 
@@ -57,6 +59,10 @@ type Config struct {
 	Series bool `yaml:"series"`
 	// Intake tunes the intake log and the series aggregation.
 	Intake intake.Config `yaml:"intake"`
+	// Rules tunes the evaluation of rules; Notify, the delivery of their
+	// notifications.
+	Rules  rules.Config  `yaml:"rules"`
+	Notify notify.Config `yaml:"notify"`
 	// Auth configures authentication; nothing configured means loopback only.
 	Auth authz.Config `yaml:"auth"`
 	// TLS serves gRPC and HTTP over TLS when both files are set.
@@ -128,6 +134,8 @@ func Default() Config {
 		ReadyMaxIngestLag: time.Minute,
 		Series:            true,
 		Intake:            intake.DefaultConfig(),
+		Rules:             rules.DefaultConfig(),
+		Notify:            notify.DefaultConfig(),
 		Events:            event.DefaultLimits(),
 		MaxBatch:          1000,
 		MaxRequestBytes:   4 << 20,
@@ -269,6 +277,14 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.DurationVar(&c.NATS.Duplicates, "stream-duplicates", c.NATS.Duplicates, "window in which a retried idempotency key is not stored twice")
 	fs.IntVar(&c.NATS.Replicas, "stream-replicas", c.NATS.Replicas, "stream replicas (3 in a NATS cluster)")
 	fs.BoolVar(&c.Series, "series", c.Series, "aggregate isomorphic repeats into event series on the server")
+	fs.IntVar(&c.Rules.Shards, "rules-shards", c.Rules.Shards, "shards of the rules; each is evaluated by one replica at a time")
+	fs.DurationVar(&c.Rules.LeaseTTL, "rules-lease-ttl", c.Rules.LeaseTTL, "a rules shard whose owner died is taken over after this long")
+	fs.DurationVar(&c.Notify.Backoff, "notify-backoff", c.Notify.Backoff, "delay before a failed notification's first retry; doubled at each retry")
+	fs.DurationVar(&c.Notify.MaxBackoff, "notify-max-backoff", c.Notify.MaxBackoff, "longest delay between two retries of a notification")
+	fs.DurationVar(&c.Notify.RetryFor, "notify-retry-for", c.Notify.RetryFor, "a notification undelivered this long after it was made is a dead letter")
+	fs.DurationVar(&c.Notify.PauseAfter, "notify-pause-after", c.Notify.PauseAfter, "a destination failing for this long pauses its rule")
+	fs.DurationVar(&c.Notify.Timeout, "notify-timeout", c.Notify.Timeout, "bound on one delivery attempt")
+	fs.BoolVar(&c.Notify.DenyPrivate, "notify-deny-private-networks", c.Notify.DenyPrivate, "refuse webhook, Slack and CloudEvents destinations on loopback, private and link-local addresses")
 	fs.IntVar(&c.Intake.Partitions, "intake-partitions", c.Intake.Partitions, "partitions of the intake log; each is aggregated by one replica at a time")
 	fs.DurationVar(&c.Intake.DecisionTimeout, "intake-decision-timeout", c.Intake.DecisionTimeout, "how long Emit waits to say what an accepted event became")
 	fs.DurationVar(&c.Intake.Series.Window, "series-window", c.Intake.Series.Window, "a second isomorphic event within this gap starts a series (default 6m)")

@@ -8,8 +8,9 @@ import * as search from './search.js';
 import * as top from './top.js';
 import * as series from './series.js';
 import * as detail from './detail.js';
+import * as rules from './rules.js';
 
-const views = {tail, search, top, series, event: detail.event, timeline: detail.timeline};
+const views = {tail, search, top, series, rules, event: detail.event, timeline: detail.timeline};
 
 const main = document.getElementById('main');
 const errorBox = document.getElementById('error');

@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/natstest"
+)
+
+// leaseOwners reads which replica holds each rules shard's lease, by shard.
+func leaseOwners(ctx context.Context, t *testing.T, url string) map[string]string {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	kv, err := js.KeyValue(ctx, "eventgate_rules_leases")
+	if err != nil {
+		return out
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return out
+	}
+	for k := range keys.Keys() {
+		if !strings.HasPrefix(k, "shard.") {
+			continue // a member's announcement
+		}
+		if e, err := kv.Get(ctx, k); err == nil {
+			out[k] = string(e.Value())
+		}
+	}
+	return out
+}
+
+// TestRuleOwnerKilledIsTakenOverWithoutLostOrDoubledNotification runs two
+// gateway processes on one NATS server; the one evaluating a rule is
+// killed (SIGKILL) and the other takes the rule over: every matching event
+// is notified exactly once by id, before and after.
+func TestRuleOwnerKilledIsTakenOverWithoutLostOrDoubledNotification(t *testing.T) {
+	// One shard: its fair share keeps it on replica a when b joins.
+	const shards = 1
+	ns := natstest.StartServer(t)
+	bin := buildGateway(t)
+	flags := []string{"--nats-url", ns.ClientURL(), "--rules-shards", fmt.Sprint(shards), "--rules-lease-ttl", "2s",
+		"--notify-backoff", "100ms", "--notify-max-backoff", "500ms"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	a := startProcess(t, bin, t.TempDir(), append(flags, "--replica-id", "a")...)
+	for {
+		owners := leaseOwners(ctx, t, ns.ClientURL())
+		if len(owners) == shards && !strings.Contains(fmt.Sprint(owners), ":b") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("replica a holds %v", owners)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the leases
+	}
+	b := startProcess(t, bin, t.TempDir(), append(flags, "--replica-id", "b")...)
+
+	srv, got := signedReceiver(t)
+	code, m := restJSON(t, http.MethodPost, a.httpURL+"/v1/rules", `{"name":"deploys","tenant":{"type":"project","name":"shop"},
+		"fieldSelector":"reason=Deployed","condition":{"every":{}},
+		"destination":{"webhook":{"url":"`+srv.URL+`","secret":"`+ruleSecret+`"}}}`)
+	if code != http.StatusOK {
+		t.Fatalf("create rule: %d %v", code, m)
+	}
+	clients := map[*gatewayProcess]eventgatev1.EventServiceClient{}
+	for _, p := range []*gatewayProcess{a, b} {
+		conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		clients[p] = eventgatev1.NewEventServiceClient(conn)
+	}
+	uids := map[string]bool{}   // the events that must be notified once
+	probes := map[string]bool{} // notification ids of the probes
+	emitDeployed := func(p *gatewayProcess, name string) string {
+		t.Helper()
+		resp, err := clients[p].Emit(ctx, &eventgatev1.EmitRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: "shop"},
+			Events: []*eventgatev1.Event{{Reason: "Deployed", Type: "Normal", Note: "deployed " + name, ReportingController: "ci", Action: "Deploy",
+				Regarding: &eventgatev1.ObjectReference{ApiVersion: "apps/v1", Kind: "Deployment", Namespace: "shop", Name: name}}}})
+		if err != nil {
+			t.Fatalf("emit %s: %v", name, err)
+		}
+		return resp.Results[0].Uid
+	}
+	ids := map[string]int{}
+	receive := func(n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			select {
+			case nt := <-got:
+				ids[nt.ID]++
+				if probes[nt.ID] {
+					i-- // a late probe's: not one of the n
+				}
+			case <-ctx.Done():
+				t.Fatalf("%d of %d notifications received; ids so far %v", i, n, ids)
+			}
+		}
+	}
+	// The rule reaches the owner's evaluation through the KV watch: a first
+	// event, emitted until one is notified, shows it has.
+	for probe := 0; len(ids) == 0; probe++ {
+		probes["project/shop/deploys:"+emitDeployed(a, fmt.Sprintf("probe-%d", probe))+":firing"] = true
+		select {
+		case nt := <-got:
+			ids[nt.ID]++
+		case <-time.After(time.Second):
+		}
+	}
+	for i := 0; i < 5; i++ {
+		uids[emitDeployed(a, fmt.Sprintf("before-%d", i))] = true
+	}
+	receive(5)
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.cmd.Wait()
+	for i := 0; i < 5; i++ {
+		uids[emitDeployed(b, fmt.Sprintf("after-%d", i))] = true
+	}
+	receive(5)
+	// Nothing more: not a notification of the replayed events again.
+	for quiet := time.After(3 * time.Second); ; {
+		select {
+		case nt := <-got:
+			ids[nt.ID]++
+			if !probes[nt.ID] {
+				t.Errorf("unexpected notification %s", nt.ID)
+			}
+			continue
+		case <-quiet:
+		}
+		break
+	}
+	for id, n := range ids {
+		if n != 1 {
+			t.Errorf("notification %s received %d times", id, n)
+		}
+	}
+	for uid := range uids {
+		if ids["project/shop/deploys:"+uid+":firing"] != 1 {
+			t.Errorf("event %s was never notified (received %v)", uid, ids)
+		}
+	}
+	if owners := leaseOwners(ctx, t, ns.ClientURL()); len(owners) != shards || strings.Contains(fmt.Sprint(owners), ":a") {
+		t.Errorf("leases after the kill: %v, want every shard held by b", owners)
+	}
+}

@@ -1,0 +1,367 @@
+// Package notify delivers the notifications of rules (package rules queues
+// them): each rule's queue is a durable consumer of the notifications
+// stream, served by the replica that owns the rule's shard, one worker per
+// rule so that a slow or dead destination delays nothing but itself.
+// Delivery is at least once, under the notification's id; a failed attempt
+// is retried with exponential backoff until the retry period ends (a dead
+// letter), every attempt is recorded in the deliveries stream (the
+// delivery log), and a destination failing for too long pauses its rule.
+//
+// dispatch.go runs the workers; destinations.go sends to webhooks (signed
+// by package client/signature), Slack, CloudEvents sinks and NATS; log.go
+// keeps and reads the delivery log.
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/eventgate/eventgate/internal/rules"
+)
+
+// Config configures delivery.
+type Config struct {
+	// Backoff is the delay before the first retry; each retry doubles it,
+	// up to MaxBackoff.
+	Backoff    time.Duration `yaml:"backoff"`
+	MaxBackoff time.Duration `yaml:"maxBackoff"`
+	// RetryFor: a notification still undelivered this long after it was
+	// queued is a dead letter.
+	RetryFor time.Duration `yaml:"retryFor"`
+	// PauseAfter: a destination failing for this long pauses its rule.
+	PauseAfter time.Duration `yaml:"pauseAfter"`
+	// Timeout bounds one attempt.
+	Timeout time.Duration `yaml:"timeout"`
+	// DenyPrivate refuses HTTP destinations on loopback, private and
+	// link-local addresses (a tenant's URL reaching the gateway's own
+	// network).
+	DenyPrivate bool `yaml:"denyPrivateNetworks"`
+	// IdleWait is how long an idle worker's pull waits for a
+	// notification: a stopped worker ends within it.
+	IdleWait time.Duration `yaml:"idleWait"`
+	// Retention of the delivery log.
+	Retention time.Duration `yaml:"retention"`
+	Replicas  int           `yaml:"replicas"`
+}
+
+// DefaultConfig is the configuration of a gateway: retries over 6 hours.
+func DefaultConfig() Config {
+	return Config{
+		Backoff:    5 * time.Second,
+		MaxBackoff: 30 * time.Minute,
+		RetryFor:   6 * time.Hour,
+		PauseAfter: time.Hour,
+		Timeout:    10 * time.Second,
+		IdleWait:   2 * time.Second,
+		Retention:  7 * 24 * time.Hour,
+		Replicas:   1,
+	}
+}
+
+// Validate checks a configuration.
+func (c Config) Validate() error {
+	switch {
+	case c.Backoff <= 0 || c.MaxBackoff < c.Backoff:
+		return fmt.Errorf("notify: backoff (%s) must be positive and at most the max backoff (%s)", c.Backoff, c.MaxBackoff)
+	case c.RetryFor <= 0 || c.PauseAfter <= 0:
+		return errors.New("notify: the retry period and the pause delay must be positive")
+	case c.Timeout <= 0 || c.IdleWait <= 0:
+		return errors.New("notify: the attempt timeout and the idle wait must be positive")
+	}
+	return nil
+}
+
+// PauseFunc is told when a rule is paused because its destination kept
+// failing (the gateway emits an event about it).
+type PauseFunc func(ctx context.Context, r *rules.Rule, reason string)
+
+// Dispatcher runs a delivery worker for each rule whose shard this replica
+// owns.
+type Dispatcher struct {
+	cfg     Config
+	js      jetstream.JetStream
+	engine  *rules.Engine
+	store   *rules.Store
+	log     *slog.Logger
+	notify  jetstream.Stream
+	logS    jetstream.Stream // the delivery log
+	onPause PauseFunc
+	sender  *sender
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Start starts delivering. nc publishes to NATS destinations.
+func Start(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, engine *rules.Engine, store *rules.Store, cfg Config, onPause PauseFunc, log *slog.Logger) (*Dispatcher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s, err := newSender(cfg.Timeout, cfg.DenyPrivate, nc)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{cfg: cfg, js: js, engine: engine, store: store, log: log.With("component", "notify"),
+		notify: engine.Stream(), onPause: onPause, sender: s}
+	if d.logS, err = ensureLog(ctx, js, cfg.Retention, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.reconcile(rctx)
+	}()
+	return d, nil
+}
+
+// Stop stops every worker; what they did not acknowledge is delivered
+// again by the next owner.
+func (d *Dispatcher) Stop() {
+	d.cancel()
+	d.wg.Wait()
+}
+
+func consumerName(ruleUID string) string { return "rule-" + ruleUID }
+
+// reconcile keeps one worker per owned, unpaused rule.
+func (d *Dispatcher) reconcile(ctx context.Context) {
+	type running struct {
+		w      *worker
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	run := map[string]*running{}
+	// A stopped worker ends within a fetch's wait, giving back what it
+	// holds; it is not waited for, but at the end.
+	var ending sync.WaitGroup
+	stop := func(uid string) {
+		r := run[uid]
+		r.cancel()
+		ending.Go(func() { <-r.done })
+		delete(run, uid)
+	}
+	defer func() {
+		for uid := range run {
+			stop(uid)
+		}
+		ending.Wait()
+	}()
+	for {
+		all, storeChanged := d.store.Snapshot()
+		_, ownChanged := d.engine.Owns("")
+		want := map[string]*rules.Rule{}
+		for _, r := range all {
+			if owned, _ := d.engine.Owns(r.UID); owned {
+				want[r.UID] = r
+			}
+		}
+		for uid, r := range run {
+			if rule := want[uid]; rule == nil || rule.Paused {
+				stop(uid)
+				if rule == nil && !d.exists(all, uid) {
+					// Deleted: its queue goes with it.
+					dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_ = d.notify.DeleteConsumer(dctx, consumerName(uid))
+					cancel()
+				}
+				continue
+			}
+			r.w.setRule(want[uid])
+		}
+		for uid, rule := range want {
+			if run[uid] != nil || rule.Paused {
+				continue
+			}
+			d.log.Debug("notify: worker starts", "rule", rule.ID())
+			wctx, cancel := context.WithCancel(ctx)
+			w := &worker{d: d, rule: rule, log: d.log.With("rule", rule.ID())}
+			r := &running{w: w, cancel: cancel, done: make(chan struct{})}
+			run[uid] = r
+			go func() {
+				defer close(r.done)
+				w.run(wctx)
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-storeChanged:
+		case <-ownChanged:
+		}
+	}
+}
+
+func (d *Dispatcher) exists(all []*rules.Rule, uid string) bool {
+	for _, r := range all {
+		if r.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// worker delivers one rule's queue, one notification at a time.
+type worker struct {
+	d   *Dispatcher
+	log *slog.Logger
+
+	mu           sync.Mutex
+	rule         *rules.Rule
+	failingSince time.Time
+}
+
+func (w *worker) setRule(r *rules.Rule) {
+	w.mu.Lock()
+	w.rule = r
+	w.mu.Unlock()
+}
+
+func (w *worker) current() *rules.Rule {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rule
+}
+
+func (w *worker) run(ctx context.Context) {
+	uid := w.current().UID
+	var cons jetstream.Consumer
+	for ctx.Err() == nil {
+		var err error
+		cons, err = w.d.notify.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       consumerName(uid),
+			Description:   "delivery of rule " + w.current().ID(),
+			FilterSubject: rules.NotifySubject(uid),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       w.d.cfg.Timeout + 10*time.Second,
+			MaxDeliver:    -1,
+			MaxAckPending: 1000,
+		})
+		if err == nil {
+			break
+		}
+		w.log.Warn("notify: delivery consumer", "err", err)
+		sleep(ctx, time.Second)
+	}
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(w.d.cfg.IdleWait))
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Debug("notify: fetch", "err", err)
+				sleep(ctx, 250*time.Millisecond)
+			}
+			continue
+		}
+		// The batch is read to its end even when stopping: the server may
+		// still deliver to the request until it expires, and a message
+		// left unacknowledged would wait the whole ack wait. A stopping
+		// worker gives each back at once instead.
+		for m := range batch.Messages() {
+			if ctx.Err() != nil {
+				_ = m.Nak()
+				continue
+			}
+			w.deliver(ctx, m)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// backoff is the delay after the attempt-th failed attempt.
+func (c Config) backoff(attempt uint64) time.Duration {
+	d := c.Backoff
+	for i := uint64(1); i < attempt && d < c.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, c.MaxBackoff)
+}
+
+func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		_ = m.Term()
+		return
+	}
+	var n rules.Notification
+	if err := json.Unmarshal(m.Data(), &n); err != nil {
+		w.log.Error("notify: undecodable notification", "seq", meta.Sequence.Stream, "err", err)
+		_ = m.Term()
+		return
+	}
+	rule := w.current()
+	w.log.Debug("notify: deliver", "id", n.ID, "attempt", meta.NumDelivered)
+	_ = m.InProgress()
+	// Not ctx: a worker stopping (its rule handed over, the gateway
+	// shutting down) finishes the attempt it started, within the timeout,
+	// and settles it; cut short, it would leave the notification to the
+	// ack wait, and to be sent twice if it had arrived.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.d.cfg.Timeout+5*time.Second)
+	defer cancel()
+	actx, acancel := context.WithTimeout(ctx, w.d.cfg.Timeout)
+	start := time.Now()
+	out := w.d.sender.send(actx, rule.Destination, &n, m.Data())
+	acancel()
+	rec := Record{NotificationID: n.ID, Seq: meta.Sequence.Stream, State: n.State, EventUID: n.EventUID(), Created: n.Time,
+		Time: start.UTC(), Latency: time.Since(start), Code: out.code}
+	now := time.Now()
+	if out.err == nil {
+		rec.Status = StatusDelivered
+		_ = m.DoubleAck(ctx)
+		w.failingSince = time.Time{}
+	} else {
+		rec.Error = out.err.Error()
+		if w.failingSince.IsZero() {
+			w.failingSince = now
+		}
+		if now.Sub(meta.Timestamp) >= w.d.cfg.RetryFor {
+			rec.Status = StatusDead
+			_ = m.Term()
+		} else {
+			rec.Status = StatusRetrying
+			_ = m.NakWithDelay(w.d.cfg.backoff(meta.NumDelivered))
+		}
+	}
+	w.record(ctx, rule.UID, rec)
+	if out.err != nil && now.Sub(w.failingSince) >= w.d.cfg.PauseAfter {
+		reason := fmt.Sprintf("destination failing since %s: %s", w.failingSince.UTC().Format(time.RFC3339), rec.Error)
+		// Not ctx: pausing the rule stops this worker, which may cancel
+		// ctx before the pause is acknowledged or told.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := w.d.store.Pause(pctx, rule.Tenant, rule.Name, rule.UID, reason); err != nil {
+			w.log.Warn("notify: pause rule", "err", err)
+			return
+		}
+		w.log.Warn("notify: rule paused", "reason", reason)
+		if w.d.onPause != nil {
+			w.d.onPause(pctx, rule, reason)
+		}
+		w.failingSince = time.Time{}
+	}
+}
+
+func (w *worker) record(ctx context.Context, ruleUID string, r Record) {
+	b, _ := json.Marshal(r)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := w.d.js.Publish(pctx, logSubject(ruleUID), b); err != nil {
+		w.log.Warn("notify: delivery log", "err", err)
+	}
+}

@@ -1,0 +1,358 @@
+package rules
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"text/template"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/eventgate/eventgate/internal/event"
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/subject"
+)
+
+// checkpoint is a shard's state at a position of the events stream.
+type checkpointData struct {
+	// Seq: every event up to it is evaluated.
+	Seq   uint64                `json:"seq"`
+	Owner string                `json:"owner"`
+	Rules map[string]*ruleState `json:"rules"`
+}
+
+// compiled is a rule ready to evaluate.
+type compiled struct {
+	rule *Rule
+	tmpl *template.Template
+	cond string // the condition, encoded, to notice a change
+}
+
+// shard is one shard while this replica owns it. Its fields are the run
+// goroutine's.
+type shard struct {
+	e     *Engine
+	n     int
+	log   *slog.Logger
+	rev   uint64 // the checkpoint's KV revision: the fence against an old owner
+	state checkpointData
+	dirty bool
+	rules map[string]*compiled // by rule uid
+	byTen map[Tenant][]*compiled
+	// caughtUp: the last event handled was the stream's last; only then
+	// does wall time drive the conditions (a replay must decide in log
+	// time, as the first run did).
+	caughtUp bool
+	logTime  time.Time
+}
+
+func stateKey(shard int) string { return fmt.Sprintf("shard.%d", shard) }
+
+// restore loads the shard's checkpoint and claims it: the write fences
+// off any previous owner's later checkpoints.
+func (e *Engine) restore(ctx context.Context, n int, log *slog.Logger) (*shard, error) {
+	sh := &shard{e: e, n: n, log: log}
+	ent, err := e.states.Get(ctx, stateKey(n))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		info, err := e.events.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("events stream info: %w", err)
+		}
+		sh.state = checkpointData{Seq: info.State.LastSeq, Rules: map[string]*ruleState{}}
+	case err != nil:
+		return nil, fmt.Errorf("read checkpoint: %w", err)
+	default:
+		if err := decodeCheckpoint(ent.Value(), &sh.state); err != nil {
+			return nil, fmt.Errorf("decode checkpoint: %w", err)
+		}
+
+		sh.rev = ent.Revision()
+	}
+	if err := sh.checkpoint(ctx); err != nil {
+		return nil, fmt.Errorf("claim checkpoint: %w", err)
+	}
+	log.Info("rules: shard restored", "seq", sh.state.Seq, "rules", len(sh.state.Rules))
+	return sh, nil
+}
+
+// checkpoint writes the shard's state, unless another owner wrote since.
+func (sh *shard) checkpoint(ctx context.Context) error {
+	sh.state.Owner = sh.e.cfg.ReplicaID
+	b, err := encodeCheckpoint(&sh.state)
+	if err != nil {
+		return err
+	}
+	var rev uint64
+	if sh.rev == 0 {
+		rev, err = sh.e.states.Create(ctx, stateKey(sh.n), b)
+	} else {
+		rev, err = sh.e.states.Update(ctx, stateKey(sh.n), b, sh.rev)
+	}
+	if err != nil {
+		return err
+	}
+	sh.rev, sh.dirty = rev, false
+	return nil
+}
+
+// sync brings the shard's rules in line with the store.
+func (sh *shard) sync(all []*Rule) {
+	rules := map[string]*compiled{}
+	byTen := map[Tenant][]*compiled{}
+	for _, r := range all {
+		if sh.e.ShardOf(r.UID) != sh.n {
+			continue
+		}
+		c := sh.rules[r.UID]
+		if c == nil || c.rule.Revision != r.Revision {
+			tmpl, err := CompileTemplate(r.Template)
+			if err != nil {
+				sh.log.Warn("rules: template", "rule", r.ID(), "err", err)
+			}
+			cond, _ := json.Marshal(struct {
+				C Condition
+				F string
+				R string
+			}{r.Condition, r.FieldSelector + "|" + r.LabelSelector, r.ResolveFieldSelector})
+			c = &compiled{rule: r, tmpl: tmpl, cond: string(cond)}
+		}
+		rules[r.UID] = c
+		byTen[r.Tenant] = append(byTen[r.Tenant], c)
+		st := sh.state.Rules[r.UID]
+		if st == nil || st.Cond != c.cond {
+			// A new rule, or a new condition: the old state means nothing.
+			st = newRuleState(r.UID)
+			st.Cond = c.cond
+			sh.state.Rules[r.UID] = st
+			sh.dirty = true
+		}
+	}
+	for uid := range sh.state.Rules {
+		if rules[uid] == nil {
+			delete(sh.state.Rules, uid)
+			sh.dirty = true
+		}
+	}
+	sh.rules, sh.byTen = rules, byTen
+	sh.e.setEvaluating(sh.n, rules)
+}
+
+// run evaluates the shard from its checkpoint until ctx ends.
+func (sh *shard) run(ctx context.Context) error {
+	all, changed := sh.e.store.Snapshot()
+	sh.sync(all)
+	info, err := sh.e.events.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("events stream info: %w", err)
+	}
+	sh.caughtUp = info.State.LastSeq <= sh.state.Seq
+	cons, err := sh.e.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{ejs.SubjectsAll},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    sh.state.Seq + 1,
+	})
+	if err != nil {
+		return fmt.Errorf("events consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return fmt.Errorf("events consumer: %w", err)
+	}
+	msgs := make(chan jetstream.Msg, 256)
+	readDone := make(chan error, 1)
+	go func() {
+		for {
+			m, err := it.Next()
+			if err != nil {
+				readDone <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				readDone <- ctx.Err()
+				return
+			}
+		}
+	}()
+	defer func() {
+		it.Stop()
+	}()
+	tick := time.NewTicker(sh.e.cfg.Tick)
+	defer tick.Stop()
+	ckpt := time.NewTicker(sh.e.cfg.Checkpoint)
+	defer ckpt.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-readDone:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("events consumer: %w", err)
+		case m := <-msgs:
+			if err := sh.handle(ctx, m); err != nil {
+				return err
+			}
+		case <-changed:
+			all, changed = sh.e.store.Snapshot()
+			sh.sync(all)
+		case now := <-tick.C:
+			if !sh.caughtUp {
+				continue
+			}
+			t := now
+			if t.Before(sh.logTime) {
+				t = sh.logTime
+			}
+			for _, c := range sh.rules {
+				st := sh.state.Rules[c.rule.UID]
+				if len(st.Groups) == 0 {
+					continue
+				}
+				if err := sh.publish(ctx, c, c.rule.tick(st, t)); err != nil {
+					return err
+				}
+				sh.dirty = true
+			}
+		case <-ckpt.C:
+			if !sh.dirty {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := sh.checkpoint(cctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("checkpoint: %w", err)
+			}
+		}
+	}
+}
+
+// handle evaluates one event of the stream.
+func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
+	meta, err := m.Metadata()
+	if err != nil {
+		return nil
+	}
+	seq := meta.Sequence.Stream
+	if seq <= sh.state.Seq {
+		return nil
+	}
+	sh.state.Seq, sh.dirty = seq, true
+	sh.caughtUp = meta.NumPending == 0
+	if meta.Timestamp.After(sh.logTime) {
+		sh.logTime = meta.Timestamp
+	}
+	t := sh.logTime
+	rules := sh.byTen[tenantOf(m.Subject())]
+	if len(rules) == 0 {
+		return nil
+	}
+	ev, err := event.Unmarshal(m.Data())
+	if err != nil {
+		return nil // not an event: nothing to evaluate
+	}
+	for _, c := range rules {
+		r := c.rule
+		if !r.sees(ev) {
+			continue
+		}
+		matched := Matches(&r.Filter, ev)
+		resolves := r.Resolve != nil && Matches(r.Resolve, ev)
+		if !matched && !resolves {
+			continue
+		}
+		if err := sh.publish(ctx, c, r.evaluate(sh.state.Rules[r.UID], ev, t, matched, resolves)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publish queues the notifications, each under its id: the stream drops
+// one it already has (a replay after a takeover).
+func (sh *shard) publish(ctx context.Context, c *compiled, fired []Fired) error {
+	for _, f := range fired {
+		n := c.rule.notification(f, c.tmpl)
+		b, err := json.Marshal(n)
+		if err != nil {
+			return err
+		}
+		msg := nats.NewMsg(NotifySubject(c.rule.UID))
+		msg.Data = b
+		msg.Header.Set(HeaderNotificationID, n.ID)
+		for attempt := 0; ; attempt++ {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err = sh.e.js.PublishMsg(pctx, msg, jetstream.WithMsgID(c.rule.UID+"/"+n.ID))
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if attempt == 10 {
+				return fmt.Errorf("queue notification: %w", err)
+			}
+			sleep(ctx, time.Duration(attempt+1)*100*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// tenantOf is the tenant an event subject names, decoded.
+func tenantOf(subj string) Tenant {
+	k, err := subject.Parse(subj)
+	if err != nil {
+		return Tenant{}
+	}
+	return Tenant{Type: k.TenantType, Name: k.TenantName}
+}
+
+// Checkpoints are gzipped JSON: the groups' last events repeat most of
+// their fields, and a KV value must fit in a NATS message (1 MB by
+// default).
+func encodeCheckpoint(c *checkpointData) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(c); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func decodeCheckpoint(b []byte, c *checkpointData) error {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	if err := json.NewDecoder(zr).Decode(c); err != nil {
+		return err
+	}
+	// Empty maps are left out of the encoding.
+	if c.Rules == nil {
+		c.Rules = map[string]*ruleState{}
+	}
+	for _, st := range c.Rules {
+		if st.Groups == nil {
+			st.Groups = map[string]*groupState{}
+		}
+		if st.Series == nil {
+			st.Series = map[string]time.Time{}
+		}
+	}
+	return nil
+}
