@@ -226,6 +226,11 @@ func runDashboardAnalytics(b *testing.B, s *Store) {
 				t, err := s.Top(ctx, query.TopRequest{Analytics: aq, Dimension: query.DimReason})
 				return t.Total, err
 			})
+			run("Top10WarningReasons", func(aq query.Analytics) (int64, error) {
+				aq.Filter.Type = set("Warning")
+				t, err := s.Top(ctx, query.TopRequest{Analytics: aq, Dimension: query.DimReason})
+				return t.Total, err
+			})
 			run("HistogramByType", func(aq query.Analytics) (int64, error) {
 				h, err := s.Histogram(ctx, query.HistogramRequest{Analytics: aq, GroupBy: []string{query.DimType}})
 				return h.Total, err

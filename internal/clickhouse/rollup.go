@@ -3,8 +3,8 @@ package clickhouse
 // Building and reading the hourly rollups (rollup_schema.go).
 //
 // A question is answered from them when nothing in it needs a row: no
-// filter but the window, a scope of whole tenants (or all of them), and
-// dimensions that are rolled up. Its window is then split: the closed hours
+// filter but the window and the type, a scope of whole tenants (or all of
+// them), and dimensions that are rolled up. Its window is then split: the closed hours
 // inside it whose rollup is current are read from analytics_hours, and the
 // rest — the partial hours at its ends, the hour a Top's two windows meet
 // in when that is not an hour's start, and hours written since their
@@ -122,7 +122,7 @@ func (s *Store) buildHours(ctx context.Context, now int64, hours []time.Time) er
 	at := p.micros(now)
 	// Occurrences with their tenant and TTL, then one (dimension, value)
 	// pair per rolled-up dimension.
-	dims := []string{"tenant_type", "tenant_name", "ttl_seconds"}
+	dims := []string{"tenant_type", "tenant_name", "ttl_seconds", "type"}
 	pairs := []string{"('', '')"}
 	for _, d := range rollupDims[1:] {
 		dims = append(dims, dimensionExprs[d])
@@ -131,13 +131,13 @@ func (s *Store) buildHours(ctx context.Context, now int64, hours []time.Time) er
 	occ := s.occurrenceRowsSQL(p, "1", dims, hourRanges(hours))
 	// A rolled-up hour expires no later than the first of its rows: then
 	// the hour is read from what is left of the per-minute tables.
-	sql := "INSERT INTO " + s.analyticsHours() + " (tenant_type, tenant_name, dim, hour, value, c, built, expires) " +
-		"SELECT tenant_type, tenant_name, dim, hour, value, c, " + at + ", " +
+	sql := "INSERT INTO " + s.analyticsHours() + " (tenant_type, tenant_name, dim, hour, type, value, c, built, expires) " +
+		"SELECT tenant_type, tenant_name, dim, hour, type, value, c, " + at + ", " +
 		"hour + toIntervalSecond(min(ttl) OVER (PARTITION BY hour)) FROM (" +
-		"SELECT tenant_type, tenant_name, dim, hour, value, sum(c) AS c, min(ttl) AS ttl FROM (" +
-		"SELECT d0 AS tenant_type, d1 AS tenant_name, d2 AS ttl, toDateTime(toStartOfHour(t), 'UTC') AS hour, " +
+		"SELECT tenant_type, tenant_name, dim, hour, type, value, sum(c) AS c, min(ttl) AS ttl FROM (" +
+		"SELECT d0 AS tenant_type, d1 AS tenant_name, d2 AS ttl, d3 AS type, toDateTime(toStartOfHour(t), 'UTC') AS hour, " +
 		"arrayJoin([" + strings.Join(pairs, ", ") + "]) AS dv, dv.1 AS dim, dv.2 AS value, c FROM (" + occ + ")" +
-		") GROUP BY GROUPING SETS ((tenant_type, tenant_name, dim, hour, value), (dim, hour, value)))" +
+		") GROUP BY GROUPING SETS ((tenant_type, tenant_name, dim, hour, type, value), (dim, hour, type, value)))" +
 		" SETTINGS " + finalSettings
 	if err := s.t.exec(ctx, sql, p.m); err != nil {
 		return fmt.Errorf("clickhouse: rollup: build %d hours from %s: %w", len(hours), hours[0].Format(time.RFC3339), err)
@@ -187,7 +187,7 @@ func (s *Store) rollupEligible(sc query.Scope, f query.Filter, names []string) b
 	if s.noRollup {
 		return false
 	}
-	f.Since, f.Until = time.Time{}, time.Time{}
+	f.Since, f.Until, f.Type = time.Time{}, time.Time{}, query.StringSet{}
 	if !reflect.ValueOf(f).IsZero() {
 		return false
 	}
@@ -310,7 +310,11 @@ func (s *Store) plannedOccurrencesSQL(ctx context.Context, p *paramSet, sc query
 	for i, r := range pl.hours {
 		hours[i] = "(hour >= toDateTime(" + p.i64(r.from.Unix()) + ", 'UTC') AND hour < toDateTime(" + p.i64(r.to.Unix()) + ", 'UTC'))"
 	}
-	parts = append(parts, "SELECT toDateTime64(hour, 6, 'UTC') AS t"+ds.String()+", c FROM "+s.analyticsHours()+
-		" FINAL WHERE ("+tenants+") AND "+dimCond+" AND ("+strings.Join(hours, " OR ")+")")
+	var w where
+	w.add(tenants)
+	w.add(dimCond)
+	w.add(setSQL(p, "type", f.Type))
+	w.add(strings.Join(hours, " OR "))
+	parts = append(parts, "SELECT toDateTime64(hour, 6, 'UTC') AS t"+ds.String()+", c FROM "+s.analyticsHours()+" FINAL WHERE "+w.String())
 	return "(" + strings.Join(parts, " UNION ALL ") + ")", nil
 }

@@ -57,6 +57,10 @@ func rollupAnswers(t *testing.T, s *Store) map[string]any {
 		{"all/7h", query.Scope{All: true}, query.Filter{Since: at0(-6*time.Hour - 17*time.Minute - 3*time.Second), Until: at0(43*time.Minute + 500*time.Microsecond)}},
 		{"a+c/9h", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a"}, {Type: "organization", Name: "c"}}},
 			query.Filter{Since: at0(-8 * time.Hour), Until: at0(time.Hour + 59*time.Minute)}},
+		{"all/7h/warning", query.Scope{All: true}, query.Filter{Type: set("Warning"),
+			Since: at0(-6*time.Hour - 17*time.Minute - 3*time.Second), Until: at0(43*time.Minute + 500*time.Microsecond)}},
+		{"a+c/9h/not-warning", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a"}, {Type: "organization", Name: "c"}}},
+			query.Filter{Type: query.StringSet{NotIn: []string{"Warning"}}, Since: at0(-8 * time.Hour), Until: at0(time.Hour + 59*time.Minute)}},
 	}
 	out := map[string]any{}
 	for _, c := range cases {
@@ -90,7 +94,8 @@ func rollupAnswers(t *testing.T, s *Store) map[string]any {
 
 // TestRollupMatchesMinutes: Histogram, Top and Facets answer the same from
 // the hourly rollups as from the per-minute tables alone — for windows that
-// do not align to hours, across tenants and for some, with versions,
+// do not align to hours, across tenants and for some, with and without a
+// type filter, with versions,
 // per-minute records across hours and redeliveries — and stay the same when
 // late data arrives in a rolled-up hour, before and after it is rolled up
 // again.
