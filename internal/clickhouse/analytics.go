@@ -2,7 +2,8 @@ package clickhouse
 
 // Analytics: Histogram, Top, Facets and Series, aggregated in ClickHouse
 // over analytics_events, analytics_series, series_minute_totals and
-// event_minutes (analytics_schema.go).
+// event_minutes (analytics_schema.go), and over the hourly rollups of the
+// same counts where a question allows (rollup.go).
 //
 // # Counting occurrences
 //

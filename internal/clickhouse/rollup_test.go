@@ -176,3 +176,47 @@ func TestRollupMatchesMinutes(t *testing.T) {
 		compare("late data rolled up", true)
 	})
 }
+
+// TestRollupMigrationBackfill upgrades a database with events stored
+// before migration 6: the migration marks their hours, the first RollUp
+// rolls them up, and the answers stay those of the per-minute tables.
+func TestRollupMigrationBackfill(t *testing.T) {
+	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
+		ctx := context.Background()
+		cfg := DefaultConfig()
+		cfg.Database, cfg.RollupInterval = "", 0
+		s := open(cfg)
+		// Back to schema 5, with the events stored meanwhile.
+		for _, q := range []string{
+			"DROP VIEW " + s.ddl.table("rollup_marks_mv"),
+			"DROP TABLE " + s.ddl.table("rollup_marks"),
+			"DROP TABLE " + s.ddl.table("rollup_built"),
+			"DROP TABLE " + s.ddl.table("analytics_hours"),
+			"ALTER TABLE " + s.ddl.table("schema_migrations") + " DELETE WHERE version = 6 SETTINGS mutations_sync = 1",
+		} {
+			if err := s.t.exec(ctx, q, nil); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		for _, b := range rollupRows() {
+			if err := s.Insert(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s = open(cfg)
+		s.rollupMargin = 0
+		n, err := s.RollUp(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n < 10 {
+			t.Fatalf("rolled up %d hours after the migration, want at least the 10 closed hours stored before it", n)
+		}
+		s.noRollup = true
+		want := rollupAnswers(t, s)
+		s.noRollup = false
+		if diff := cmp.Diff(want, rollupAnswers(t, s)); diff != "" {
+			t.Errorf("rolled-up answers differ from the per-minute ones (-minutes +rollup):\n%s", diff)
+		}
+	})
+}

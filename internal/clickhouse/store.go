@@ -1,8 +1,8 @@
 // Package clickhouse keeps events in ClickHouse and answers the read model
 // of package query from it (the service's Store and AnalyticsStore ports):
 // "two transports, one SQL". The schema (schema.go, analytics_schema.go,
-// recent_schema.go), the writer (store.go, writer.go, block.go), listings (list.go,
-// filter_sql.go, pagetoken.go) and analytics (analytics.go and one file per
+// recent_schema.go, rollup_schema.go), the writer (store.go, writer.go, block.go), listings (list.go,
+// filter_sql.go, pagetoken.go) and analytics (analytics.go, rollup.go and one file per
 // kind) are written once in ClickHouse SQL with {name:Type} placeholders
 // and run over either
 //
