@@ -15,7 +15,6 @@ package clickhouse
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -187,8 +186,7 @@ func (s *Store) rollupEligible(sc query.Scope, f query.Filter, names []string) b
 	if s.noRollup {
 		return false
 	}
-	f.Since, f.Until, f.Type = time.Time{}, time.Time{}, query.StringSet{}
-	if !reflect.ValueOf(f).IsZero() {
+	if !typeFilterOnly(f) {
 		return false
 	}
 	if !sc.All {
@@ -200,6 +198,20 @@ func (s *Store) rollupEligible(sc query.Scope, f query.Filter, names []string) b
 	}
 	for _, n := range names {
 		if !slices.Contains(rollupDims[1:], n) {
+			return false
+		}
+	}
+	return true
+}
+
+// typeFilterOnly: f constrains nothing but the window and the type.
+func typeFilterOnly(f query.Filter) bool {
+	if f.Tenant != nil || f.Involving != nil || len(f.Labels) > 0 {
+		return false
+	}
+	f.Type = query.StringSet{}
+	for _, ss := range slices.Concat(f.Sets(), f.Regarding.Sets(), f.Related.Sets()) {
+		if !ss.Empty() {
 			return false
 		}
 	}

@@ -220,3 +220,34 @@ func TestRollupMigrationBackfill(t *testing.T) {
 		}
 	})
 }
+
+// TestRollupEligible: the rollups answer only questions whose filter is
+// the window and the type, over whole tenants, by rolled-up dimensions.
+func TestRollupEligible(t *testing.T) {
+	s := &Store{}
+	a := query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a"}}}
+	for _, tc := range []struct {
+		name  string
+		sc    query.Scope
+		f     query.Filter
+		dims  []string
+		rolls bool
+	}{
+		{"no filter", all, query.Filter{Since: at0(0)}, []string{query.DimReason}, true},
+		{"type", a, query.Filter{Type: set("Warning")}, nil, true},
+		{"type not in", a, query.Filter{Type: query.StringSet{NotIn: []string{"Normal"}}}, []string{query.DimType}, true},
+		{"empty sets", all, query.Filter{Reason: query.StringSet{In: []string{}}}, nil, true},
+		{"reason", all, query.Filter{Reason: set("BackOff")}, nil, false},
+		{"regarding kind", all, query.Filter{Regarding: query.ObjectFilter{Kind: set("Pod")}}, nil, false},
+		{"labels", all, query.Filter{Labels: []query.LabelReq{{Key: "app", Op: "exists"}}}, nil, false},
+		{"tenant filter", all, query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "a"}}, nil, false},
+		{"tenant kinds", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a", Kinds: []query.GroupKind{{Kind: "Pod"}}}}}, query.Filter{}, nil, false},
+		{"every tenant of a type", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "*"}}}, query.Filter{}, nil, false},
+		{"object dimension", all, query.Filter{}, []string{query.DimRegardingName}, false},
+		{"label dimension", all, query.Filter{}, []string{"labels.app"}, false},
+	} {
+		if got := s.rollupEligible(tc.sc, tc.f, tc.dims); got != tc.rolls {
+			t.Errorf("%s: rollupEligible = %v, want %v", tc.name, got, tc.rolls)
+		}
+	}
+}
