@@ -251,3 +251,30 @@ func TestRollupEligible(t *testing.T) {
 		}
 	}
 }
+
+// TestRollupLoopEndsOnClose: the background rollup loop a store runs ends
+// when the store is closed.
+func TestRollupLoopEndsOnClose(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Database, cfg.RollupInterval = testDatabase(t), 10*time.Millisecond
+	s, err := OpenEngine(context.Background(), engine(t), cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine(t).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
+	if err := s.Insert(context.Background(), rollupRows()[0]); err != nil {
+		t.Fatal(err)
+	}
+	done := s.rollupDone
+	if done == nil {
+		t.Fatal("no rollup loop with RollupInterval 10ms")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	default:
+		t.Fatal("the rollup loop still runs after Close")
+	}
+}
