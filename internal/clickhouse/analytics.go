@@ -2,7 +2,8 @@ package clickhouse
 
 // Analytics: Histogram, Top, Facets and Series, aggregated in ClickHouse
 // over analytics_events, analytics_series, series_minute_totals and
-// event_minutes (analytics_schema.go).
+// event_minutes (analytics_schema.go), and over the hourly rollups of the
+// same counts where a question allows (rollup.go).
 //
 // # Counting occurrences
 //
@@ -151,22 +152,45 @@ const finalSettings = "do_not_merge_across_partitions_select_final = 1"
 // ignored) with the given dimension values, for t in [from, to). Summed
 // per cell they are the cell's occurrences.
 func (s *Store) occurrencesSQL(p *paramSet, sc query.Scope, f query.Filter, dims []string, from, to time.Time) string {
+	return "(" + s.occurrenceRowsSQL(p, analyticsCond(p, sc, f), dims, []timeRange{{from, to}}) + ")"
+}
+
+// analyticsCond is the predicate of sc and f (its Since and Until ignored)
+// on the analytics tables.
+func analyticsCond(p *paramSet, sc query.Scope, f query.Filter) string {
 	f.Since, f.Until = time.Time{}, time.Time{}
 	var w where
 	w.add(scopeSQL(p, sc))
 	filterSQL(p, &w, f)
-	cond := w.String()
-	lo, hi := p.micros(ceilMicros(from)), p.micros(ceilMicros(to))
+	return w.String()
+}
+
+// timeRange is [from, to).
+type timeRange struct{ from, to time.Time }
+
+// occurrenceRowsSQL is occurrencesSQL's UNION ALL, without parentheses,
+// for rows matching cond with t in any of ranges (at least one).
+func (s *Store) occurrenceRowsSQL(p *paramSet, cond string, dims []string, ranges []timeRange) string {
 	var ds strings.Builder
 	for i, d := range dims {
 		fmt.Fprintf(&ds, ", %s AS d%d", d, i)
 	}
-	return "(SELECT event_time AS t" + ds.String() + ", toInt64(greatest(1, series_count)) AS c" +
-		" FROM " + s.analyticsEvents() + " FINAL WHERE " + cond + " AND " + inRange("event_time", lo, hi) +
+	in := func(col string) string {
+		ors := make([]string, len(ranges))
+		for i, r := range ranges {
+			ors[i] = inRange(col, p.micros(ceilMicros(r.from)), p.micros(ceilMicros(r.to)))
+		}
+		if len(ors) == 1 {
+			return ors[0]
+		}
+		return "((" + strings.Join(ors, ") OR (") + "))"
+	}
+	return "SELECT event_time AS t" + ds.String() + ", toInt64(greatest(1, series_count)) AS c" +
+		" FROM " + s.analyticsEvents() + " FINAL WHERE " + cond + " AND " + in("event_time") +
 		" UNION ALL SELECT event_time AS t" + ds.String() + ", -toInt64(minutes_total) AS c" +
-		" FROM " + s.seriesMinuteTotals() + " FINAL WHERE " + cond + " AND " + inRange("event_time", lo, hi) +
+		" FROM " + s.seriesMinuteTotals() + " FINAL WHERE " + cond + " AND " + in("event_time") +
 		" UNION ALL SELECT toDateTime64(minute, 6, 'UTC') AS t" + ds.String() + ", toInt64(occurrences) AS c" +
-		" FROM " + s.eventMinutes() + " FINAL WHERE " + cond + " AND " + inRange("minute", lo, hi) + ")"
+		" FROM " + s.eventMinutes() + " FINAL WHERE " + cond + " AND " + in("minute")
 }
 
 // inRange is lo <= col < hi, with the same bounds on the hour the analytics

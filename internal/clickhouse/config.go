@@ -50,6 +50,10 @@ type Config struct {
 	// threads, merges first (chdb.Options.BackgroundNice). Queries keep the
 	// normal priority. Ignored with a DSN: the server does the work there.
 	IngestNice int `yaml:"ingestNice"`
+	// RollupInterval is how often closed hours are rolled up for analytics
+	// (rollup.go; default 1 minute in DefaultConfig, 0 = never: analytics
+	// then read the per-minute tables only).
+	RollupInterval time.Duration `yaml:"rollupInterval"`
 }
 
 // Defaults. The batch size was measured on the embedded engine
@@ -64,6 +68,9 @@ const (
 	DefaultBatchSize  = 5000
 	DefaultBatchWait  = 200 * time.Millisecond
 	DefaultIngestNice = 10
+	// DefaultRollupInterval: a closed hour is read from its rollup about
+	// rollupMargin + 1 minute after its last write.
+	DefaultRollupInterval = time.Minute
 )
 
 // DefaultConfig returns the defaults: embedded engine, database eventgate,
@@ -75,6 +82,8 @@ func DefaultConfig() Config {
 		BatchSize:  DefaultBatchSize,
 		BatchWait:  DefaultBatchWait,
 		IngestNice: DefaultIngestNice,
+
+		RollupInterval: DefaultRollupInterval,
 	}
 }
 
@@ -120,6 +129,9 @@ func (c Config) Validate() error {
 	}
 	if c.IngestNice < 0 || c.IngestNice > 19 {
 		errs = append(errs, fmt.Errorf("clickhouse ingest nice value must be between 0 (off) and 19, got %d", c.IngestNice))
+	}
+	if c.RollupInterval < 0 {
+		errs = append(errs, fmt.Errorf("clickhouse rollup interval must be 0 (off) or positive, got %v", c.RollupInterval))
 	}
 	return errors.Join(errs...)
 }

@@ -25,6 +25,9 @@ var dbench struct {
 	small   []query.TenantRef
 	end     time.Time
 	genTime time.Duration
+	// rollupHours were rolled up in rollupTime when the bench opened.
+	rollupHours int
+	rollupTime  time.Duration
 }
 
 var bigTenant = query.TenantRef{Type: "organization", Name: "big"}
@@ -35,6 +38,7 @@ func setupDashboardBench(b *testing.B) {
 		n := benchEvents()
 		cfg := DefaultConfig()
 		cfg.Database = fmt.Sprintf("dashboard_bench_%d", n)
+		cfg.RollupInterval = 0
 		s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
 		if err != nil {
 			dbench.err = err
@@ -43,7 +47,8 @@ func setupDashboardBench(b *testing.B) {
 		dbench.store, dbench.n = s, n
 		if err := s.t.exec(ctx, "SELECT n FROM "+s.ddl.table("bench_generated"), nil); err != nil {
 			start := time.Now()
-			for _, tbl := range []string{"events", "analytics_events", "analytics_series", "series_minute_totals", "event_minutes"} {
+			for _, tbl := range []string{"events", "analytics_events", "analytics_series", "series_minute_totals", "event_minutes",
+				"analytics_hours", "rollup_marks", "rollup_built"} {
 				if err := s.t.exec(ctx, "TRUNCATE TABLE "+s.ddl.table(tbl), nil); err != nil {
 					dbench.err = err
 					return
@@ -56,6 +61,14 @@ func setupDashboardBench(b *testing.B) {
 			dbench.genTime = time.Since(start)
 		}
 		waitMerges(ctx, s)
+		// The hourly rollups of a generated or migrated store.
+		start := time.Now()
+		if n, err := s.RollUp(ctx); err != nil {
+			dbench.err = err
+			return
+		} else if n > 0 {
+			dbench.rollupHours, dbench.rollupTime = n, time.Since(start)
+		}
 		var endUS int64
 		rs, err := s.t.query(ctx, "SELECT toInt64(toUnixTimestamp64Micro(max(event_time))) FROM "+s.analyticsEvents(), nil)
 		if err != nil {
@@ -86,7 +99,7 @@ func setupDashboardBench(b *testing.B) {
 }
 
 func logDashboardTables(b *testing.B, s *Store) {
-	for _, tbl := range []string{"events", "analytics_events", "series_minute_totals", "event_minutes"} {
+	for _, tbl := range []string{"events", "analytics_events", "series_minute_totals", "event_minutes", "analytics_hours", "rollup_marks"} {
 		p := newParams()
 		rs, err := s.t.query(context.Background(), "SELECT toUInt64(count()), toUInt64(sum(rows)), toUInt64(sum(data_compressed_bytes)) "+
 			"FROM system.parts WHERE active AND database = "+p.str(s.cfg.Database)+" AND table = "+p.str(tbl), p.m)
@@ -107,12 +120,17 @@ func logDashboardTables(b *testing.B, s *Store) {
 // tenant (plain, with a type or kind filter, in the last hour), each read
 // from the events table alone (layout "events", the baseline) and with
 // keys from analytics_events ("indexed"); and facets, top and histograms over 24 hours
-// and 30 days for the large tenant and for every tenant.
+// and 30 days for the large tenant and for every tenant, from the
+// per-minute tables alone (layout "minutes", the baseline) and with the
+// hourly rollups ("rollup").
 func BenchmarkDashboard(b *testing.B) {
 	setupDashboardBench(b)
 	s := dbench.store
 	if dbench.genTime > 0 {
 		b.Logf("generated %d events in %v", dbench.n, dbench.genTime.Round(time.Millisecond))
+	}
+	if dbench.rollupHours > 0 {
+		b.Logf("rolled up %d hours in %v", dbench.rollupHours, dbench.rollupTime.Round(time.Millisecond))
 	}
 	logDashboardTables(b, s)
 	ctx := context.Background()
@@ -182,25 +200,34 @@ func runDashboardAnalytics(b *testing.B, s *Store) {
 				return query.Analytics{Scope: sc, Filter: query.Filter{Since: until.Add(-w.d), Until: until}}
 			}
 			run := func(name string, f func(query.Analytics) (int64, error)) {
-				b.Run(name+"/"+w.name+"/"+scName, func(b *testing.B) {
-					var lat latencies
-					for i := 0; i < b.N; i++ {
-						aq := q()
-						start := time.Now()
-						n, err := f(aq)
-						lat = append(lat, time.Since(start))
-						if err != nil || n == 0 {
-							b.Fatalf("%d occurrences, %v", n, err)
+				for _, layout := range []string{"minutes", "rollup"} {
+					b.Run(name+"/"+w.name+"/"+scName+"/"+layout, func(b *testing.B) {
+						s.noRollup = layout == "minutes"
+						defer func() { s.noRollup = false }()
+						var lat latencies
+						for i := 0; i < b.N; i++ {
+							aq := q()
+							start := time.Now()
+							n, err := f(aq)
+							lat = append(lat, time.Since(start))
+							if err != nil || n == 0 {
+								b.Fatalf("%d occurrences, %v", n, err)
+							}
 						}
-					}
-					lat.report(b)
-				})
+						lat.report(b)
+					})
+				}
 			}
 			run("Facets5", func(aq query.Analytics) (int64, error) {
 				f, err := s.Facets(ctx, query.FacetsRequest{Analytics: aq})
 				return f.Total, err
 			})
 			run("Top10Reasons", func(aq query.Analytics) (int64, error) {
+				t, err := s.Top(ctx, query.TopRequest{Analytics: aq, Dimension: query.DimReason})
+				return t.Total, err
+			})
+			run("Top10WarningReasons", func(aq query.Analytics) (int64, error) {
+				aq.Filter.Type = set("Warning")
 				t, err := s.Top(ctx, query.TopRequest{Analytics: aq, Dimension: query.DimReason})
 				return t.Total, err
 			})

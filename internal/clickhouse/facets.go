@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/eventgate/eventgate/internal/query"
 )
@@ -30,7 +31,10 @@ func (s *Store) Facets(ctx context.Context, q query.FacetsRequest) (query.Facets
 		return out, nil
 	}
 	p := newParams()
-	occ := s.occurrencesSQL(p, q.Scope, q.Filter, dimensionSQLs(p, names), since, until)
+	occ, err := s.plannedOccurrencesSQL(ctx, p, q.Scope, q.Filter, names, dimensionSQLs(p, names), since, until, time.Time{}, 0, true)
+	if err != nil {
+		return query.Facets{}, err
+	}
 	bound := &groupBound{field: "dimensions", limit: "MaxGroups", what: "distinct values of the dimensions together", max: len(names) * l.MaxGroups}
 	// One aggregation with a grouping set per dimension; grouping() tells
 	// the sets apart (0 for the dimension a set groups by).
@@ -40,12 +44,14 @@ func (s *Store) Facets(ctx context.Context, q query.FacetsRequest) (query.Facets
 		values = append(values, "toString("+c+")")
 		sets = append(sets, "("+c+")")
 	}
-	sql := "SELECT toUInt64(k), v, toUInt64(n), toUInt64(nv), toUInt64(tot) FROM (" +
+	// A rolled-up row holds one dimension's value, NULL in the others'
+	// columns (plannedOccurrencesSQL): those NULL groups are no values.
+	sql := "SELECT toUInt64(k), ifNull(v, ''), toUInt64(n), toUInt64(nv), toUInt64(tot) FROM (" +
 		"SELECT k, v, n, row_number() OVER (PARTITION BY k ORDER BY n DESC, v) AS rn, count() OVER (PARTITION BY k) AS nv, " +
 		"sum(n) OVER (PARTITION BY k) AS tot FROM (" +
 		"SELECT arrayFirstIndex(x -> x = 0, [" + strings.Join(grouping, ", ") + "]) - 1 AS k, " +
 		"[" + strings.Join(values, ", ") + "][k + 1] AS v, sum(c) AS n FROM " + occ +
-		" GROUP BY GROUPING SETS (" + strings.Join(sets, ", ") + ") HAVING n > 0)" +
+		" GROUP BY GROUPING SETS (" + strings.Join(sets, ", ") + ") HAVING n > 0 AND v IS NOT NULL)" +
 		") WHERE rn <= " + p.u64(uint64(limit)) + " ORDER BY k, rn" + s.analyticsSettings(l, bound)
 	rs, err := s.t.query(ctx, sql, p.m)
 	if err != nil {

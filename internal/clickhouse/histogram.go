@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/eventgate/eventgate/internal/query"
 )
@@ -21,7 +22,10 @@ func (s *Store) Histogram(ctx context.Context, q query.HistogramRequest) (query.
 	}
 	p := newParams()
 	dims := dimensionSQLs(p, pl.GroupBy)
-	occ := s.occurrencesSQL(p, q.Scope, q.Filter, dims, pl.Since, pl.Until)
+	occ, err := s.plannedOccurrencesSQL(ctx, p, q.Scope, q.Filter, pl.GroupBy, dims, pl.Since, pl.Until, time.Time{}, pl.Step, false)
+	if err != nil {
+		return query.Histogram{}, err
+	}
 	bucket := "intDiv(toUnixTimestamp64Micro(t) - " + p.i64(pl.Since.UnixMicro()) + ", " + p.i64(pl.Step.Microseconds()) + ")"
 	if len(dims) == 0 {
 		return h, s.histogramTotals(ctx, &h, pl, p, occ, bucket)

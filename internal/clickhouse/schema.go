@@ -172,6 +172,7 @@ var migrations = []migration{
 	{3, "events_recent: the last days in time order", recentMigration},
 	{4, "analytics: metadata for metadata.<key> dimensions", analyticsDimensionsMigration},
 	{5, "drop events_recent: newest first reads analytics_events", dropRecentMigration},
+	{6, "analytics_hours: hourly rollups", rollupMigration},
 }
 
 // latestMigration is the schema version this build writes.

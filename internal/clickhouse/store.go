@@ -1,8 +1,8 @@
 // Package clickhouse keeps events in ClickHouse and answers the read model
 // of package query from it (the service's Store and AnalyticsStore ports):
 // "two transports, one SQL". The schema (schema.go, analytics_schema.go,
-// recent_schema.go), the writer (store.go, writer.go, block.go), listings (list.go,
-// filter_sql.go, pagetoken.go) and analytics (analytics.go and one file per
+// recent_schema.go, rollup_schema.go), the writer (store.go, writer.go, block.go), listings (list.go,
+// filter_sql.go, pagetoken.go) and analytics (analytics.go, rollup.go and one file per
 // kind) are written once in ClickHouse SQL with {name:Type} placeholders
 // and run over either
 //
@@ -75,6 +75,16 @@ type Store struct {
 	// probeRows: see list.go; 0 makes every newest-first listing that
 	// may read analytics_events read it (tests).
 	probeRows int64
+	// noRollup makes analytics read the per-minute tables only (tests
+	// compare the two).
+	noRollup bool
+	// rollupMargin: see rollup_schema.go (rollupMargin; tests that do
+	// not write while they roll up shorten it).
+	rollupMargin time.Duration
+	// stopRollup ends the background RollUp loop; rollupDone is closed
+	// when it has ended (nil without a loop).
+	stopRollup context.CancelFunc
+	rollupDone chan struct{}
 }
 
 // events is the quoted events table.
@@ -132,7 +142,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger, t transport) (*Stor
 		t.close()
 		return nil, err
 	}
-	s := &Store{cfg: cfg, log: log, t: t, ttls: ttls, db: quoteIdent(cfg.Database), eventsTable: "events", probeRows: probeRows}
+	s := &Store{cfg: cfg, log: log, t: t, ttls: ttls, db: quoteIdent(cfg.Database), eventsTable: "events", probeRows: probeRows, rollupMargin: rollupMargin}
 	s.ddl = ddl{db: s.db}
 	if cfg.Cluster != "" {
 		s.ddl.cluster = quoteIdent(cfg.Cluster)
@@ -166,6 +176,9 @@ func open(ctx context.Context, cfg Config, log *slog.Logger, t transport) (*Stor
 	} else if ok {
 		s.inOrderSettings = " read_in_order_use_buffering = 0"
 	}
+	if cfg.RollupInterval > 0 {
+		s.startRollup(cfg.RollupInterval)
+	}
 	log.Info("clickhouse store open", "transport", t.kind(), "database", cfg.Database, "schema_version", latestMigration)
 	return s, nil
 }
@@ -189,8 +202,15 @@ func (s *Store) hasSetting(ctx context.Context, name string) (bool, error) {
 // Ping checks that ClickHouse answers.
 func (s *Store) Ping(ctx context.Context) error { return s.t.ping(ctx) }
 
-// Close closes the transport (and the embedded engine Open opened).
-func (s *Store) Close() error { return s.t.close() }
+// Close stops the background rollups and closes the transport (and the
+// embedded engine Open opened).
+func (s *Store) Close() error {
+	if s.stopRollup != nil {
+		s.stopRollup()
+		<-s.rollupDone
+	}
+	return s.t.close()
+}
 
 // Config returns the store's configuration with defaults applied.
 func (s *Store) Config() Config { return s.cfg }

@@ -19,7 +19,11 @@ func (s *Store) Top(ctx context.Context, q query.TopRequest) (query.Top, error) 
 		return top, nil
 	}
 	p := newParams()
-	occ := s.occurrencesSQL(p, q.Scope, q.Filter, dimensionSQLs(p, []string{q.Dimension}), pl.PreviousSince, pl.Until)
+	names := []string{q.Dimension}
+	occ, err := s.plannedOccurrencesSQL(ctx, p, q.Scope, q.Filter, names, dimensionSQLs(p, names), pl.PreviousSince, pl.Until, pl.Since, 0, false)
+	if err != nil {
+		return query.Top{}, err
+	}
 	cut := p.micros(ceilMicros(pl.Since))
 	// The engine's bound counts the values of both windows; the exact
 	// check (values of the window) follows.
