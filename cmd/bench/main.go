@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string) error {
 	jsonOut := fs.String("json", "bench-results.json", "write the table as JSON here")
 	mdOut := fs.String("md", "", "also write the table as Markdown here")
 	lib := fs.String("chdb-lib", os.Getenv("EVENTGATE_CHDB_LIB"), "libchdb.so (default: the cache scripts/fetch-chdb.sh fills)")
-	only := fs.String("only", "", "comma-separated sections to run besides the baselines: query, emit, latency, storm, noisy (default all)")
+	only := fs.String("only", "", "comma-separated sections to run besides the baselines: query, emit, latency, rules, storm, noisy (default all)")
 	commit := fs.String("commit", "", "commit measured (default: git rev-parse HEAD, +dirty when the tree has changes)")
 	profile := fs.Bool("profile", false, "sample the gateway's CPU with perf during the emit and latency phases (work-dir/perf.data.*.txt)")
 	if err := fs.Parse(args); err != nil {

@@ -72,6 +72,7 @@ const (
 	SecStorm    = "5 series storm"
 	SecMemory   = "6 memory"
 	SecNoisy    = "7 noisy neighbour"
+	SecRules    = "8 rules"
 )
 
 type runner struct {
@@ -201,7 +202,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	var streamRate float64
-	if r.want("emit") || r.want("latency") {
+	if r.want("emit") || r.want("latency") || r.want("rules") {
 		streamRate = r.throughput(ctx, g, base)
 		r.logMem(ctx, g, "throughput")
 	}
@@ -217,6 +218,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		} else {
 			r.logf("profile of the emit and latency phases: %s.flat.txt, %s.cum.txt", prof.out, prof.out)
 		}
+	}
+	if r.want("rules") && streamRate > 0 {
+		r.rules(ctx, g, int(streamRate/2))
+		r.logMem(ctx, g, "rules")
 	}
 	if r.want("storm") {
 		r.storm(ctx, g)

@@ -1,0 +1,208 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+)
+
+// The rules section (issue 21): BenchRules rules over the live feed, one
+// per workload tenant, while the latency phase's load runs. Rule i fires
+// for every Warning of tenant i whose team label is team-<i mod 30>
+// (about one event in 21 of the workload); each notification goes to a
+// webhook receiver in this process, which measures how long after the
+// triggering event's eventTime it arrives.
+const BenchRules = 1000
+
+// notifyReceiver is the rules' webhook destination.
+type notifyReceiver struct {
+	srv *http.Server
+	url string
+
+	mu        sync.Mutex
+	recording bool
+	lat       []float64 // ms, eventTime → received
+	probe     map[string]bool
+}
+
+func startNotifyReceiver() (*notifyReceiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("notification receiver: %w", err)
+	}
+	r := &notifyReceiver{url: "http://" + ln.Addr().String() + "/notify", probe: map[string]bool{}}
+	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = r.srv.Serve(ln) }()
+	return r, nil
+}
+
+func (r *notifyReceiver) serve(w http.ResponseWriter, req *http.Request) {
+	now := time.Now()
+	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var n struct {
+		State string `json:"state"`
+		Event struct {
+			UID       string    `json:"uid"`
+			Reason    string    `json:"reason"`
+			EventTime time.Time `json:"eventTime"`
+		} `json:"event"`
+	}
+	if err := json.Unmarshal(body, &n); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	if n.Event.Reason == "RulesProbe" {
+		r.probe[n.Event.UID] = true
+	} else if r.recording && !n.Event.EventTime.IsZero() {
+		r.lat = append(r.lat, float64(now.Sub(n.Event.EventTime))/float64(time.Millisecond))
+	}
+	r.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// record starts a fresh recording and returns what the previous one saw.
+func (r *notifyReceiver) record(on bool) []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lat := r.lat
+	r.lat, r.recording = nil, on
+	return lat
+}
+
+func (r *notifyReceiver) sawProbe(uid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.probe[uid]
+}
+
+func (r *notifyReceiver) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = r.srv.Shutdown(ctx)
+}
+
+// rules measures emit→watch at the latency phase's rate without rules,
+// then with BenchRules rules (a rule set takes seconds to load, so the
+// runs do not alternate), and how soon after its event each notification
+// arrives.
+func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
+	sc := r.cfg.Scale
+	fail := func(err error) { r.rep.Failed(SecRules, "emit→watch p99 with rules ÷ without", "ratio", Below(1.1), err) }
+	recv, err := startNotifyReceiver()
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer recv.stop()
+	ws, err := StartWatchers(ctx, g, sc.Watchers, 10)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer ws.Stop()
+	var without, with, notify []float64
+	var notified int
+	run := func(name string, i int) (float64, bool) {
+		l, err := RunLatency(ctx, g, ws, NewWorkload(name+strconv.Itoa(i)), rate, sc.LatencyDuration)
+		if err != nil {
+			fail(err)
+			return 0, false
+		}
+		return Percentile(l.Watch, 0.99), true
+	}
+	for i := 0; i < sc.Runs; i++ {
+		p99, ok := run("norules", i)
+		if !ok {
+			return
+		}
+		without = append(without, p99)
+		r.logf("rules: run %d without rules: emit→watch p99 %.1f ms", i+1, p99)
+	}
+
+	conn, err := g.Conn()
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer conn.Close()
+	rc := eventgatev1.NewRulesServiceClient(conn)
+	start := time.Now()
+	for i := 0; i < BenchRules; i++ {
+		tenant := &eventgatev1.Tenant{Type: "project", Name: TenantName(i)}
+		_, err := rc.CreateRule(ctx, &eventgatev1.CreateRuleRequest{Rule: &eventgatev1.Rule{
+			Name: "bench-" + strconv.Itoa(i), Tenant: tenant,
+			FieldSelector: "type=Warning", LabelSelector: "team=team-" + strconv.Itoa(i%30),
+			Condition:   &eventgatev1.Condition{Kind: &eventgatev1.Condition_Every{Every: &eventgatev1.EveryCondition{}}},
+			Destination: &eventgatev1.Destination{Kind: &eventgatev1.Destination_Webhook{Webhook: &eventgatev1.WebhookDestination{Url: recv.url}}},
+		}})
+		if err != nil {
+			fail(fmt.Errorf("create rule %d: %w", i, notBuilt(err)))
+			return
+		}
+	}
+	r.logf("rules: %d rules created in %v", BenchRules, time.Since(start).Round(time.Millisecond))
+	// The rules are in force once the last one's tenant is notified of a
+	// probe event (its rule matches it).
+	last := BenchRules - 1
+	probe := &eventgatev1.Event{EventTime: timestamppb.Now(), Reason: "RulesProbe", Type: "Warning", Action: "Probe",
+		ReportingController: "bench", Labels: map[string]string{"team": "team-" + strconv.Itoa(last%30)},
+		Regarding: &eventgatev1.ObjectReference{Kind: "Pod", Namespace: "probe", Name: "probe"}}
+	resp, err := g.Events.Emit(ctx, &eventgatev1.EmitRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: TenantName(last)}, Events: []*eventgatev1.Event{probe}})
+	if err != nil {
+		fail(fmt.Errorf("probe: %w", err))
+		return
+	}
+	uid := resp.GetResults()[0].GetUid()
+	if err := WaitFor(ctx, 2*time.Minute, func() (bool, error) { return recv.sawProbe(uid), nil }); err != nil {
+		fail(fmt.Errorf("the rules were not in force within 2 minutes: %w", err))
+		return
+	}
+	r.logf("rules: in force %v after the first was created", time.Since(start).Round(time.Millisecond))
+
+	for i := 0; i < sc.Runs; i++ {
+		recv.record(true)
+		p99, ok := run("rules", i)
+		// Notifications of the run's last events arrive after it; one later
+		// than this grace would be far past the 1 s target anyway.
+		time.Sleep(5 * time.Second)
+		lat := recv.record(false)
+		if !ok {
+			return
+		}
+		with = append(with, p99)
+		notified += len(lat)
+		if len(lat) > 0 {
+			notify = append(notify, Percentile(lat, 0.99))
+		}
+		r.logf("rules: run %d with %d rules: emit→watch p99 %.1f ms; %d notifications, p99 %.1f ms after the event", i+1, BenchRules, p99, len(lat), Percentile(lat, 0.99))
+	}
+	var ratio []float64
+	for i := range with {
+		ratio = append(ratio, with[i]/without[i])
+	}
+	note := fmt.Sprintf("%s events/s offered as in the latency phase, %d watchers; rule i: tenant i, type=Warning and team=team-<i mod 30>, every matching event, to a webhook in the bench", thousands(int64(rate)), sc.Watchers)
+	r.rep.Add(SecRules, "emit→watch p99 without rules", "ms", without, nil, note)
+	r.rep.Add(SecRules, fmt.Sprintf("emit→watch p99 with %d rules", BenchRules), "ms", with, nil, "runs after those without: a rule set takes seconds to load")
+	r.rep.Add(SecRules, "emit→watch p99 with rules ÷ without", "ratio", ratio, Below(1.1), "")
+	if len(notify) == 0 {
+		r.rep.Failed(SecRules, "notification p99 after its event", "ms", Below(1000), errors.New("no notification arrived during the runs"))
+		return
+	}
+	r.rep.Add(SecRules, "notification p99 after its event", "ms", notify, Below(1000), fmt.Sprintf("eventTime stamped at send → the webhook received it; %d notifications in all", notified))
+}
