@@ -57,9 +57,10 @@ func (r *notifyReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	var n struct {
 		State string `json:"state"`
 		Event struct {
-			UID       string    `json:"uid"`
-			Reason    string    `json:"reason"`
-			EventTime time.Time `json:"eventTime"`
+			UID       string          `json:"uid"`
+			Reason    string          `json:"reason"`
+			EventTime time.Time       `json:"eventTime"`
+			Series    json.RawMessage `json:"series"`
 		} `json:"event"`
 	}
 	if err := json.Unmarshal(body, &n); err != nil {
@@ -69,7 +70,9 @@ func (r *notifyReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	if n.Event.Reason == "RulesProbe" {
 		r.probe[n.Event.UID] = true
-	} else if r.recording && !n.Event.EventTime.IsZero() {
+	} else if r.recording && !n.Event.EventTime.IsZero() && len(n.Event.Series) == 0 {
+		// A series' versions keep its first eventTime and are written at
+		// its flushes: only events stored as new time the notification.
 		r.lat = append(r.lat, float64(now.Sub(n.Event.EventTime))/float64(time.Millisecond))
 	}
 	r.mu.Unlock()
@@ -149,7 +152,7 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 			Name: "bench-" + strconv.Itoa(i), Tenant: tenant,
 			FieldSelector: "type=Warning", LabelSelector: "team=team-" + strconv.Itoa(i%30),
 			Condition:   &eventgatev1.Condition{Kind: &eventgatev1.Condition_Every{Every: &eventgatev1.EveryCondition{}}},
-			Destination: &eventgatev1.Destination{Kind: &eventgatev1.Destination_Webhook{Webhook: &eventgatev1.WebhookDestination{Url: recv.url}}},
+			Destination: &eventgatev1.Destination{Kind: &eventgatev1.Destination_Webhook{Webhook: &eventgatev1.WebhookDestination{Url: recv.url, Secret: "bench-webhook-secret-0123456789"}}},
 		}})
 		if err != nil {
 			fail(fmt.Errorf("create rule %d: %w", i, notBuilt(err)))
@@ -204,5 +207,5 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 		r.rep.Failed(SecRules, "notification p99 after its event", "ms", Below(1000), errors.New("no notification arrived during the runs"))
 		return
 	}
-	r.rep.Add(SecRules, "notification p99 after its event", "ms", notify, Below(1000), fmt.Sprintf("eventTime stamped at send → the webhook received it; %d notifications in all", notified))
+	r.rep.Add(SecRules, "notification p99 after its event", "ms", notify, Below(1000), fmt.Sprintf("eventTime stamped at send → the webhook received it, for events stored as new (a series notifies at its flushes); %d such notifications", notified))
 }
