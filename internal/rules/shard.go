@@ -50,7 +50,14 @@ type shard struct {
 	// time, as the first run did).
 	caughtUp bool
 	logTime  time.Time
+	// queued are the notifications published and not yet acknowledged:
+	// evaluation does not wait for each, but a checkpoint waits for all,
+	// so that one never covers an event whose notification may be lost.
+	queued []jetstream.PubAckFuture
 }
+
+// maxQueued bounds the notifications in flight before evaluation waits.
+const maxQueued = 1024
 
 func stateKey(shard int) string { return fmt.Sprintf("shard.%d", shard) }
 
@@ -84,6 +91,9 @@ func (e *Engine) restore(ctx context.Context, n int, log *slog.Logger) (*shard, 
 
 // checkpoint writes the shard's state, unless another owner wrote since.
 func (sh *shard) checkpoint(ctx context.Context) error {
+	if err := sh.settle(ctx); err != nil {
+		return err
+	}
 	sh.state.Owner = sh.e.cfg.ReplicaID
 	b, err := encodeCheckpoint(&sh.state)
 	if err != nil {
@@ -279,10 +289,12 @@ func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
 }
 
 // publish queues the notifications, each under its id: the stream drops
-// one it already has (a replay after a takeover).
+// one it already has (a replay after a takeover). It does not wait for
+// their acknowledgements (settle does): a round trip per notification
+// held up the shard's evaluation behind the server's latency.
 func (sh *shard) publish(ctx context.Context, c *compiled, fired []Fired) error {
-	for _, f := range fired {
-		n := c.rule.notification(f, c.tmpl)
+	for _, fi := range fired {
+		n := c.rule.notification(fi, c.tmpl)
 		b, err := json.Marshal(n)
 		if err != nil {
 			return err
@@ -290,21 +302,22 @@ func (sh *shard) publish(ctx context.Context, c *compiled, fired []Fired) error 
 		msg := nats.NewMsg(NotifySubject(c.rule.UID))
 		msg.Data = b
 		msg.Header.Set(HeaderNotificationID, n.ID)
-		for attempt := 0; ; attempt++ {
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err = sh.e.js.PublishMsg(pctx, msg, jetstream.WithMsgID(c.rule.UID+"/"+n.ID))
-			cancel()
-			if err == nil {
-				break
+		if len(sh.queued) >= maxQueued {
+			if err := sh.settle(ctx); err != nil {
+				return err
 			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if attempt == 10 {
-				return fmt.Errorf("queue notification: %w", err)
-			}
-			sleep(ctx, time.Duration(attempt+1)*100*time.Millisecond)
 		}
+		f, err := sh.e.js.PublishMsgAsync(msg, jetstream.WithMsgID(c.rule.UID+"/"+n.ID))
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			// The connection's window is full: wait for ours, then again.
+			if err = sh.settle(ctx); err == nil {
+				f, err = sh.e.js.PublishMsgAsync(msg, jetstream.WithMsgID(c.rule.UID+"/"+n.ID))
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("queue notification: %w", err)
+		}
+		sh.queued = append(sh.queued, f)
 	}
 	return nil
 }
@@ -354,5 +367,23 @@ func decodeCheckpoint(b []byte, c *checkpointData) error {
 			st.Series = map[string]time.Time{}
 		}
 	}
+	return nil
+}
+
+// settle waits until every queued notification is stored. A failure ends
+// the shard's run: its next owner replays from the last checkpoint, and
+// the stream drops what was stored already.
+func (sh *shard) settle(ctx context.Context) error {
+	for i, f := range sh.queued {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			sh.queued = sh.queued[i+1:]
+			return fmt.Errorf("queue notification: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	sh.queued = sh.queued[:0]
 	return nil
 }
