@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server/gsl"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -51,7 +52,7 @@ type Hub struct {
 type Option func(*Hub)
 
 // OfReplica names the consumers the hub makes on the server after the
-// replica id: its feed "watch-feed-<id>_<n>" and each replay
+// replica id: its feed "watch-feed-<id>-<unique>_<n>" and each replay
 // "watch_<id>_<unique>", so that an operator can tell whose they are. The
 // id must be a valid consumer name token (letters, digits, '-', '_').
 func OfReplica(id string) Option { return func(h *Hub) { h.replica = id } }
@@ -84,7 +85,10 @@ func Start(ctx context.Context, js jetstream.JetStream, streamName string, log *
 	}
 	feed := ""
 	if h.replica != "" {
-		feed = "watch-feed-" + h.replica
+		// Unique to this start: a replica killed and restarted on its data
+		// directory finds its last feed still on the server until the
+		// server drops it, and may not take over its name.
+		feed = "watch-feed-" + h.replica + "-" + nuid.Next()
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		NamePrefix:     feed,
