@@ -131,6 +131,8 @@ func child(ctx context.Context, args []string, out io.Writer) error {
 	batches := fs.Int("batches", 10, "chdb-insert: batches per run")
 	runs := fs.Int("runs", 3, "chdb-insert: runs")
 	total := fs.Int("total", 200_000, "pipeline-floor: events to pass through")
+	rate := fs.Int("rate", 0, "pipeline-floor: offer this many events/s for -duration and measure latencies (0: as fast as the parts go)")
+	duration := fs.Duration("duration", 20*time.Second, "pipeline-floor: how long to offer -rate")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -155,6 +157,14 @@ func child(ctx context.Context, args []string, out io.Writer) error {
 		}
 		res = rates
 	case "pipeline-floor":
+		if *rate > 0 {
+			lat, err := bench.PipelineFloorPaced(ctx, *dir, *lib, *rate, *duration)
+			if err != nil {
+				return err
+			}
+			res = lat
+			break
+		}
 		rate, err := bench.PipelineFloor(ctx, *dir, *lib, *total)
 		if err != nil {
 			return err

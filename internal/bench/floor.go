@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
@@ -36,21 +37,123 @@ import (
 const floorPartitions = 8
 
 // PipelineFloor publishes total distinct workload events through the
-// composed parts on a fresh embedded server and engine under dir, and
-// returns the events per second from the first publish until the engine
-// holds the last. It loads libchdb.so, so the runner calls it in a child
-// process.
+// composed parts on a fresh embedded server and engine under dir, as fast
+// as they take them, and returns the events per second from the first
+// publish until the engine holds the last. It loads libchdb.so, so the
+// runner calls it in a child process.
 func PipelineFloor(ctx context.Context, dir, lib string, total int) (float64, error) {
-	ns, err := ejs.Embedded(dir+"/nats", "")
+	run, err := runFloor(ctx, dir, lib, total, 0)
 	if err != nil {
 		return 0, err
+	}
+	return run.Rate, nil
+}
+
+// FloorLatency is a paced run of the composed parts: the latency an event
+// has with the parts alone at a given rate, which bounds what the gateway
+// can answer at that rate on this machine.
+type FloorLatency struct {
+	Rate int `json:"rate"` // offered events/s
+	// Ack, per batch (one every Tick, as the latency phase sends them), in
+	// ms: from its publish to the intake until the events stream
+	// acknowledged the write of each of its events; what an Emit's ack
+	// waits for at least.
+	Ack []float64 `json:"ack"`
+	// Watch, per event, in ms: from its publish until the watch feed
+	// decoded it.
+	Watch []float64 `json:"watch"`
+}
+
+// PipelineFloorPaced offers rate events/s to the composed parts for d, in a
+// batch every Tick that is logged as one intake entry per partition (as
+// the intake logs a Submit), and measures each batch's acknowledgement and
+// each event's arrival at the watch feed. The engine ingests all along, as
+// the gateway's does. It loads libchdb.so: call it in a child process.
+func PipelineFloorPaced(ctx context.Context, dir, lib string, rate int, d time.Duration) (*FloorLatency, error) {
+	total := int(float64(rate) * d.Seconds())
+	if rate <= 0 || total <= 0 {
+		return nil, fmt.Errorf("pipeline floor: rate %d for %v is no load", rate, d)
+	}
+	run, err := runFloor(ctx, dir, lib, total, rate)
+	if err != nil {
+		return nil, err
+	}
+	return &FloorLatency{Rate: rate, Ack: run.ack, Watch: run.watch}, nil
+}
+
+// Headers of the floor's messages: when the event's batch was published
+// (unix ns), and the batch's number.
+const (
+	floorSentHeader  = "Floor-Sent"
+	floorBatchHeader = "Floor-Batch"
+)
+
+type floorRun struct {
+	Rate       float64
+	ack, watch []float64
+}
+
+// floorTimes gathers a paced run's latencies.
+type floorTimes struct {
+	mu     sync.Mutex
+	batch  []time.Duration // per batch: the latest write acknowledgement so far
+	left   []int           // per batch: writes not yet acknowledged
+	acks   []float64
+	watchs []float64
+}
+
+func (ft *floorTimes) acked(h nats.Header, now time.Time) {
+	if ft == nil {
+		return
+	}
+	sent, b, ok := floorStamp(h)
+	if !ok {
+		return
+	}
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if b >= len(ft.batch) {
+		return
+	}
+	ft.batch[b] = max(ft.batch[b], now.Sub(sent))
+	if ft.left[b]--; ft.left[b] == 0 {
+		ft.acks = append(ft.acks, float64(ft.batch[b])/float64(time.Millisecond))
+	}
+}
+
+func (ft *floorTimes) watched(h nats.Header, now time.Time) {
+	if ft == nil {
+		return
+	}
+	if sent, _, ok := floorStamp(h); ok {
+		ft.mu.Lock()
+		ft.watchs = append(ft.watchs, float64(now.Sub(sent))/float64(time.Millisecond))
+		ft.mu.Unlock()
+	}
+}
+
+func floorStamp(h nats.Header) (time.Time, int, bool) {
+	ns, err1 := strconv.ParseInt(h.Get(floorSentHeader), 10, 64)
+	b, err2 := strconv.Atoi(h.Get(floorBatchHeader))
+	if err1 != nil || err2 != nil || b < 0 {
+		return time.Time{}, 0, false
+	}
+	return time.Unix(0, ns), b, true
+}
+
+// runFloor passes total events through the parts: as fast as they go
+// (rate 0, one intake entry per event), or paced at rate events/s.
+func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun, error) {
+	ns, err := ejs.Embedded(dir+"/nats", "")
+	if err != nil {
+		return nil, err
 	}
 	defer ns.Shutdown()
 	cfg := clickhouse.DefaultConfig()
 	cfg.DataDir, cfg.ChDBLib = dir+"/clickhouse", lib
 	st, err := clickhouse.Open(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer st.Close()
 
@@ -71,26 +174,31 @@ func PipelineFloor(ctx context.Context, dir, lib string, total int) (float64, er
 	for i, name := range []string{"emit", "owner", "feed", "ingest"} {
 		nc, j, err := conn(name)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		defer nc.Close()
 		js[i] = j
 	}
 	events, err := ejs.EnsureStream(ctx, js[0], ejs.DefaultConfig())
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	intake, err := js[0].CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: "FLOOR_INTAKE", Subjects: []string{"floor.>"}, Storage: jetstream.FileStorage,
 		Duplicates: 2 * time.Minute, AllowDirect: true,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("intake stream: %w", err)
+		return nil, fmt.Errorf("intake stream: %w", err)
 	}
 
 	_, raws, err := normalized(min(total, 20_000), "floor")
 	if err != nil {
-		return 0, err
+		return nil, err
+	}
+	var times *floorTimes
+	if rate > 0 {
+		n := (total+rate-1)/rate*int(time.Second/Tick) + 1
+		times = &floorTimes{batch: make([]time.Duration, n), left: make([]int, n)}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -108,13 +216,13 @@ func PipelineFloor(ctx context.Context, dir, lib string, total int) (float64, er
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		fail(floorOwner(ctx, js[1], intake))
+		fail(floorOwner(ctx, js[1], intake, times))
 	}()
 	// The watch feed: every event decoded once.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		fail(floorFeed(ctx, js[2], total))
+		fail(floorFeed(ctx, js[2], total, times))
 	}()
 	// The ingest: batches of the ingest's size inserted into the engine.
 	wg.Add(1)
@@ -127,18 +235,28 @@ func PipelineFloor(ctx context.Context, dir, lib string, total int) (float64, er
 		fail(err)
 	}()
 
-	start := time.Now()
-	for i := 0; i < total; i++ {
-		m := &nats.Msg{Subject: "floor." + strconv.Itoa(i%floorPartitions), Data: raws[i%len(raws)], Header: nats.Header{}}
-		m.Header.Set(jetstream.MsgIDHeader, "floor-"+strconv.Itoa(i))
+	publish := func(m *nats.Msg) error {
 		_, err := js[0].PublishMsgAsync(m)
 		for stalls := 0; errors.Is(err, jetstream.ErrTooManyStalledMsgs) && stalls < 1000; stalls++ {
 			_, err = js[0].PublishMsgAsync(m)
 		}
 		if err != nil {
-			cancel(fmt.Errorf("publish intake: %w", err))
-			break
+			return fmt.Errorf("publish intake: %w", err)
 		}
+		return nil
+	}
+	start := time.Now()
+	if rate == 0 {
+		for i := 0; i < total; i++ {
+			m := &nats.Msg{Subject: "floor." + strconv.Itoa(i%floorPartitions), Data: raws[i%len(raws)], Header: nats.Header{}}
+			m.Header.Set(jetstream.MsgIDHeader, "floor-"+strconv.Itoa(i))
+			if err := publish(m); err != nil {
+				cancel(err)
+				break
+			}
+		}
+	} else if err := floorPaced(ctx, total, rate, raws, times, publish); err != nil {
+		cancel(err)
 	}
 	select {
 	case <-done:
@@ -150,15 +268,70 @@ func PipelineFloor(ctx context.Context, dir, lib string, total int) (float64, er
 	cancel(nil)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return 0, err
+		return nil, err
 	}
 	if n := inserted.Load(); n != int64(total) {
-		return 0, fmt.Errorf("pipeline floor: %d of %d inserted", n, total)
+		return nil, fmt.Errorf("pipeline floor: %d of %d inserted", n, total)
 	}
-	return float64(total) / elapsed.Seconds(), nil
+	run := &floorRun{Rate: float64(total) / elapsed.Seconds()}
+	if times != nil {
+		times.mu.Lock()
+		run.ack, run.watch = times.acks, times.watchs
+		times.mu.Unlock()
+	}
+	return run, nil
 }
 
-func floorOwner(ctx context.Context, js jetstream.JetStream, intake jetstream.Stream) error {
+// floorPaced publishes total events at rate, a batch every Tick, each
+// batch as one intake entry per partition holding its events' encodings,
+// each preceded by its length (as the intake batches a Submit).
+func floorPaced(ctx context.Context, total, rate int, raws [][]byte, times *floorTimes, publish func(*nats.Msg) error) error {
+	t := time.NewTicker(Tick)
+	defer t.Stop()
+	start := time.Now()
+	sent := 0
+	for b := 0; sent < total; {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			n := min(int(float64(rate)*now.Sub(start).Seconds()), total) - sent
+			if n <= 0 {
+				continue
+			}
+			if b >= len(times.batch) {
+				return fmt.Errorf("pipeline floor: batch %d past the %d expected", b, len(times.batch))
+			}
+			var entries [floorPartitions]*nats.Msg
+			stamp := strconv.FormatInt(time.Now().UnixNano(), 10)
+			for i := sent; i < sent+n; i++ {
+				p := i % floorPartitions
+				if entries[p] == nil {
+					entries[p] = &nats.Msg{Subject: "floor." + strconv.Itoa(p), Header: nats.Header{}}
+					entries[p].Header.Set(floorSentHeader, stamp)
+					entries[p].Header.Set(floorBatchHeader, strconv.Itoa(b))
+				}
+				entries[p].Data = protowire.AppendBytes(entries[p].Data, raws[i%len(raws)])
+			}
+			times.mu.Lock()
+			times.left[b] = n
+			times.mu.Unlock()
+			for _, m := range entries {
+				if m == nil {
+					continue
+				}
+				if err := publish(m); err != nil {
+					return err
+				}
+			}
+			sent += n
+			b++
+		}
+	}
+	return nil
+}
+
+func floorOwner(ctx context.Context, js jetstream.JetStream, intake jetstream.Stream, times *floorTimes) error {
 	cons, err := intake.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return fmt.Errorf("owner consumer: %w", err)
@@ -178,6 +351,7 @@ func floorOwner(ctx context.Context, js jetstream.JetStream, intake jetstream.St
 		for f := range acks {
 			select {
 			case <-f.Ok():
+				times.acked(f.Msg().Header, time.Now())
 			case err := <-f.Err():
 				ackErr <- fmt.Errorf("owner publish ack: %w", err)
 				for range acks {
@@ -195,29 +369,56 @@ func floorOwner(ctx context.Context, js jetstream.JetStream, intake jetstream.St
 			}
 			return fmt.Errorf("owner: %w", err)
 		}
-		ev, err := event.Unmarshal(m.Data())
-		if err != nil {
-			return fmt.Errorf("owner decode: %w", err)
-		}
 		md, _ := m.Metadata()
-		out := &nats.Msg{Subject: event.SubjectOf(ev), Data: m.Data(), Header: nats.Header{}}
-		out.Header.Set(jetstream.MsgIDHeader, "w-"+strconv.FormatUint(md.Sequence.Stream, 10))
-		f, err := js.PublishMsgAsync(out)
-		for stalls := 0; errors.Is(err, jetstream.ErrTooManyStalledMsgs) && stalls < 1000; stalls++ {
-			f, err = js.PublishMsgAsync(out)
+		// A paced entry holds a batch of occurrences; the others, one.
+		occs := [][]byte{m.Data()}
+		if times != nil {
+			if occs, err = splitOccurrences(m.Data()); err != nil {
+				return fmt.Errorf("owner: %w", err)
+			}
 		}
-		if err != nil {
-			return fmt.Errorf("owner publish: %w", err)
-		}
-		select {
-		case acks <- f:
-		case err := <-ackErr:
-			return err
+		for k, raw := range occs {
+			ev, err := event.Unmarshal(raw)
+			if err != nil {
+				return fmt.Errorf("owner decode: %w", err)
+			}
+			out := &nats.Msg{Subject: event.SubjectOf(ev), Data: raw, Header: nats.Header{}}
+			out.Header.Set(jetstream.MsgIDHeader, "w-"+strconv.FormatUint(md.Sequence.Stream, 10)+"."+strconv.Itoa(k))
+			if times != nil {
+				out.Header.Set(floorSentHeader, m.Headers().Get(floorSentHeader))
+				out.Header.Set(floorBatchHeader, m.Headers().Get(floorBatchHeader))
+			}
+			f, err := js.PublishMsgAsync(out)
+			for stalls := 0; errors.Is(err, jetstream.ErrTooManyStalledMsgs) && stalls < 1000; stalls++ {
+				f, err = js.PublishMsgAsync(out)
+			}
+			if err != nil {
+				return fmt.Errorf("owner publish: %w", err)
+			}
+			select {
+			case acks <- f:
+			case err := <-ackErr:
+				return err
+			}
 		}
 	}
 }
 
-func floorFeed(ctx context.Context, js jetstream.JetStream, total int) error {
+// splitOccurrences splits a batched entry's data into its occurrences.
+func splitOccurrences(data []byte) ([][]byte, error) {
+	var out [][]byte
+	for len(data) > 0 {
+		b, k := protowire.ConsumeBytes(data)
+		if k < 0 {
+			return nil, errors.New("truncated occurrence in a batched entry")
+		}
+		out = append(out, b)
+		data = data[k:]
+	}
+	return out, nil
+}
+
+func floorFeed(ctx context.Context, js jetstream.JetStream, total int, times *floorTimes) error {
 	s, err := js.Stream(ctx, ejs.DefaultConfig().Stream)
 	if err != nil {
 		return err
@@ -244,6 +445,7 @@ func floorFeed(ctx context.Context, js jetstream.JetStream, total int) error {
 		if _, err := event.Unmarshal(m.Data()); err != nil {
 			return fmt.Errorf("feed decode: %w", err)
 		}
+		times.watched(m.Headers(), time.Now())
 	}
 	return nil
 }

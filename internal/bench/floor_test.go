@@ -19,3 +19,29 @@ func TestPipelineFloorPassesEveryEventThroughEachPart(t *testing.T) {
 		t.Errorf("rate %v, want > 0", rate)
 	}
 }
+
+// A paced run times every batch's acknowledgement and every event's
+// arrival at the watch feed.
+func TestPipelineFloorPacedTimesEveryBatchAndEvent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const rate, d = 2000, 2 * time.Second
+	lat, err := PipelineFloorPaced(ctx, t.TempDir(), "", rate, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(lat.Watch), int(rate*d.Seconds()); got != want {
+		t.Errorf("%d events timed at the watch feed, want %d", got, want)
+	}
+	// A batch every Tick, give or take the ticker's slack.
+	if n, want := len(lat.Ack), int(d/Tick); n < want/2 || n > want+1 {
+		t.Errorf("%d batches acknowledged, want about %d", n, want)
+	}
+	for _, xs := range [][]float64{lat.Ack, lat.Watch} {
+		for _, x := range xs {
+			if x <= 0 {
+				t.Fatalf("latency %v ms, want > 0", x)
+			}
+		}
+	}
+}

@@ -474,6 +474,7 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 	}
 	defer ws.Stop()
 	var nats50, nats99, sa50, sa99, ua50, ua99, w50, w99, q50, q99, ratio []float64
+	var fa99, fw99, saFloor, uaFloor, wFloor []float64
 	var notes []string
 	for i := 0; i < sc.Runs; i++ {
 		nl, err := NATSFanout(ctx, g.NATSURL, sc.Watchers, 10, rate, 600, sc.LatencyDuration)
@@ -501,6 +502,28 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 		if len(l.Watch) > 0 {
 			ratio = append(ratio, Percentile(l.Watch, 0.99)/max(Percentile(nl, 0.99), 0.001))
 		}
+		// The parts alone at the same rate, with the gateway idle.
+		var fl FloorLatency
+		dir := filepath.Join(r.cfg.WorkDir, "pipeline-floor")
+		err = r.child(ctx, &fl, "pipeline-floor", "-dir", dir, "-rate", strconv.Itoa(rate), "-duration", sc.LatencyDuration.String())
+		os.RemoveAll(dir)
+		if err != nil {
+			r.rep.Failed(SecBaseline, "write path floor: ack p99 at the latency phase's rate", "ms", nil, err)
+		} else if len(fl.Ack) > 0 && len(fl.Watch) > 0 {
+			a, w := Percentile(fl.Ack, 0.99), Percentile(fl.Watch, 0.99)
+			fa99, fw99 = append(fa99, a), append(fw99, w)
+			if len(l.StreamAck) > 0 {
+				saFloor = append(saFloor, Percentile(l.StreamAck, 0.99)/max(a, 0.001))
+			}
+			if len(l.UnaryAck) > 0 {
+				uaFloor = append(uaFloor, Percentile(l.UnaryAck, 0.99)/max(a, 0.001))
+			}
+			if len(l.Watch) > 0 {
+				wFloor = append(wFloor, Percentile(l.Watch, 0.99)/max(w, 0.001))
+			}
+			r.logf("latency run %d floor: ack p50 %.1f p99 %.1f ms, watch p50 %.1f p99 %.1f ms", i+1,
+				Percentile(fl.Ack, 0.5), a, Percentile(fl.Watch, 0.5), w)
+		}
 		notes = append(notes, fmt.Sprintf("%d/%d", l.Delivered, l.Created))
 		if l.Overflowed > 0 {
 			notes[len(notes)-1] += fmt.Sprintf(" (%d watchers ended as too slow)", l.Overflowed)
@@ -512,6 +535,9 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 	load := fmt.Sprintf("%s events/s offered (50%% of the EmitStream accepted rate) through EmitStream, a batch every %v, %v per run", thousands(int64(rate)), Tick, sc.LatencyDuration)
 	r.rep.Add(SecBaseline, "plain NATS fan-out p50", "ms", nats50, nil, fmt.Sprintf("%d subscriptions on 10 connections to the gateway's own server, at the latency phase's rate, 600-byte messages", sc.Watchers))
 	r.rep.Add(SecBaseline, "plain NATS fan-out p99", "ms", nats99, nil, "")
+	r.rep.Add(SecBaseline, "write path floor: ack p99 at the latency phase's rate", "ms", fa99, nil,
+		fmt.Sprintf("the parts composed (bench.PipelineFloorPaced) offered %s events/s in a batch every %v, logged as one intake entry per partition, in a child process after each latency run: batch publish → every write acknowledged by the events stream", thousands(int64(rate)), Tick))
+	r.rep.Add(SecBaseline, "write path floor: watch p99 at the latency phase's rate", "ms", fw99, nil, "the same runs: publish → decoded by the watch feed")
 	r.rep.Add(SecLatency, "EmitStream batch ack p50", "ms", sa50, nil, load)
 	r.rep.Add(SecLatency, "EmitStream batch ack p99", "ms", sa99, Below(20), "")
 	r.rep.Add(SecLatency, "Emit (unary, 1 event) ack p50", "ms", ua50, nil, "one call every 50 ms alongside the load")
@@ -519,6 +545,9 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 	r.rep.Add(SecLatency, "emit→watch p50", "ms", w50, nil, fmt.Sprintf("%d watchers, one tenant each; from the eventTime stamped at send; ADDED delivered/created per run: %s", sc.Watchers, strings.Join(notes, ", ")))
 	r.rep.Add(SecLatency, "emit→watch p99", "ms", w99, Below(50), "")
 	r.rep.Add(SecLatency, "emit→watch p99 ÷ NATS fan-out p99", "ratio", ratio, nil, "")
+	r.rep.Add(SecLatency, "EmitStream batch ack p99 ÷ floor", "ratio", saFloor, nil, "÷ write path floor: ack p99 at the same rate, same run")
+	r.rep.Add(SecLatency, "Emit (unary) ack p99 ÷ floor", "ratio", uaFloor, nil, "")
+	r.rep.Add(SecLatency, "emit→watch p99 ÷ floor", "ratio", wFloor, nil, "÷ write path floor: watch p99 at the same rate, same run")
 	r.rep.Add(SecLatency, "emit→queryable p50", "ms", q50, nil, fmt.Sprintf("batch send → Query's resourceVersion covers the batch (polled every %v)", QueryablePoll))
 	r.rep.Add(SecLatency, "emit→queryable p99", "ms", q99, Below(2000), "")
 }
