@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,12 +24,13 @@ const QueryablePoll = 10 * time.Millisecond
 
 // Latencies is one paced run: per-sample latencies in milliseconds.
 type Latencies struct {
-	Rate       int       // offered events/s
-	StreamAck  []float64 // EmitStream batch: send → ack
-	UnaryAck   []float64 // unary Emit of one event, alongside the load
-	Watch      []float64 // eventTime (stamped at send) → received by its watcher (ADDED only)
-	Queryable  []float64 // batch send → Query's resourceVersion covers it
-	Created    int       // events stored as new: each is delivered ADDED to one watcher
+	Rate       int         // offered events/s
+	StreamAck  []float64   // EmitStream batch: send → ack
+	StreamSent []time.Time // when each StreamAck's batch was sent
+	UnaryAck   []float64   // unary Emit of one event, alongside the load
+	Watch      []float64   // eventTime (stamped at send) → received by its watcher (ADDED only)
+	Queryable  []float64   // batch send → Query's resourceVersion covers it
+	Created    int         // events stored as new: each is delivered ADDED to one watcher
 	Delivered  int
 	Overflowed int // watchers ended as too slow
 }
@@ -151,6 +154,7 @@ func RunLatency(ctx context.Context, g *Gateway, ws *Watchers, w *Workload, rate
 		at := inflight[0]
 		inflight = inflight[1:]
 		out.StreamAck = append(out.StreamAck, float64(now.Sub(at))/float64(time.Millisecond))
+		out.StreamSent = append(out.StreamSent, at)
 		if rv := maxRV(r.Results); rv > 0 {
 			pending = append(pending, sent{at: at, rv: rv})
 		}
@@ -261,4 +265,47 @@ func RunLatency(ctx context.Context, g *Gateway, ws *Watchers, w *Workload, rate
 	_ = WaitFor(ctx, 30*time.Second, func() (bool, error) { return ws.count() >= out.Created, nil })
 	out.Watch, out.Delivered, out.Overflowed = ws.Record(false)
 	return out, nil
+}
+
+// Stalls describes when the slowest batch acknowledgements were sent: for
+// each second of the run holding one of the slowest 1% (at most 5), its
+// offset from the first send, how many it holds and the worst. A tail
+// that comes from one stall (a pause of the process, a periodic task)
+// shows as one or two seconds; a tail from steady queueing, as many.
+func (l *Latencies) Stalls() string {
+	if len(l.StreamAck) == 0 {
+		return ""
+	}
+	p99 := Percentile(l.StreamAck, 0.99)
+	type second struct {
+		n     int
+		worst float64
+	}
+	secs := map[int]*second{}
+	t0 := l.StreamSent[0]
+	for i, ms := range l.StreamAck {
+		if ms < p99 {
+			continue
+		}
+		k := int(l.StreamSent[i].Sub(t0) / time.Second)
+		if secs[k] == nil {
+			secs[k] = &second{}
+		}
+		secs[k].n++
+		secs[k].worst = max(secs[k].worst, ms)
+	}
+	keys := make([]int, 0, len(secs))
+	for k := range secs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, 0, 5)
+	for _, k := range keys {
+		if len(parts) == 5 {
+			parts = append(parts, "…")
+			break
+		}
+		parts = append(parts, fmt.Sprintf("+%ds: %d (worst %.0f ms)", k, secs[k].n, secs[k].worst))
+	}
+	return fmt.Sprintf("slowest 1%% of batch acks (≥ %.0f ms) sent in %d second(s): %s", p99, len(secs), strings.Join(parts, ", "))
 }

@@ -60,7 +60,11 @@ type Config struct {
 	// Profile samples the gateway with perf during the emit and latency
 	// phases (WorkDir/perf.data and its reports).
 	Profile bool
-	Log     io.Writer
+	// LatencyRate, when above 0, is the latency phase's offered rate (else
+	// half the EmitStream rate measured): with it, the latency phase runs
+	// without the throughput phase unless emit is selected.
+	LatencyRate int
+	Log         io.Writer
 }
 
 // Section names.
@@ -202,9 +206,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	var streamRate float64
-	if r.want("emit") || r.want("latency") || r.want("rules") {
+	if r.want("emit") || ((r.want("latency") || r.want("rules")) && cfg.LatencyRate <= 0) {
 		streamRate = r.throughput(ctx, g, base)
 		r.logMem(ctx, g, "throughput")
+	}
+	if cfg.LatencyRate > 0 {
+		streamRate = 2 * float64(cfg.LatencyRate)
 	}
 	if r.want("latency") && streamRate > 0 {
 		before := stages(ctx, g)
@@ -501,6 +508,9 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 		pct(&q50, &q99, l.Queryable)
 		if len(l.Watch) > 0 {
 			ratio = append(ratio, Percentile(l.Watch, 0.99)/max(Percentile(nl, 0.99), 0.001))
+		}
+		if st := l.Stalls(); st != "" {
+			r.logf("latency run %d: %s", i+1, st)
 		}
 		// The parts alone at the same rate, with the gateway idle.
 		var fl FloorLatency
