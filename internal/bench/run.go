@@ -178,10 +178,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			info.Elapsed.Round(time.Millisecond), float64(info.Events)/info.Elapsed.Seconds(), info.Merge.Round(time.Second), info.BytesRow)
 	}
 
-	// 1. Raw ingest baselines, before the gateway runs.
-	base, err := r.baselines(ctx)
-	if err != nil {
-		return nil, err
+	// 1. Raw ingest baselines, before the gateway runs (the throughput
+	// phase's yardsticks: without it, the latency phase has its own floor).
+	var base baselines
+	if r.want("emit") || cfg.LatencyRate <= 0 {
+		if base, err = r.baselines(ctx); err != nil {
+			return nil, err
+		}
 	}
 
 	r.logf("starting %s on %s", cfg.GatewayBin, dataDir)
