@@ -245,18 +245,9 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		return nil, err
 	}
 	for p := 0; p < cfg.Partitions; p++ {
-		cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:        consumerName(p),
-			Description:    "series aggregation of intake partition " + strconv.Itoa(p) + ": one pinned replica owns it",
-			FilterSubject:  cfg.subject(p),
-			DeliverPolicy:  jetstream.DeliverAllPolicy,
-			AckPolicy:      jetstream.AckNonePolicy,
-			PriorityPolicy: jetstream.PriorityPolicyPinned,
-			PriorityGroups: []string{ownerGroup},
-			PinnedTTL:      cfg.PinnedTTL,
-		})
+		cons, err := in.ensureConsumer(ctx, p)
 		if err != nil {
-			return nil, fmt.Errorf("ensure intake consumer %d: %w", p, err)
+			return nil, err
 		}
 		in.parts = append(in.parts, newPartition(in, p, cons))
 	}
@@ -284,6 +275,48 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	log.Info("intake started", "stream", cfg.Stream, "partitions", cfg.Partitions, "bucket", cfg.Bucket)
 	return in, nil
+}
+
+// consumerConfig is partition p's consumer: deliver all, acknowledge
+// nothing, one pinned replica in the owners' group.
+//
+// It is kept in memory: its position is worth nothing durable, since an
+// owner resumes from its checkpoint and rewinds the consumer there (see
+// Ownership), and a file-backed consumer rewrote its state file ten times
+// a second under load, each a new file and a rename: a sixth of the CPU
+// of the whole fold in a profile of the emit phase. A consumer lost with
+// its server is created again (ensureConsumer) and taken over like a new one.
+func (cfg Config) consumerConfig(p int) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        consumerName(p),
+		Description:    "series aggregation of intake partition " + strconv.Itoa(p) + ": one pinned replica owns it",
+		FilterSubject:  cfg.subject(p),
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckNonePolicy,
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{ownerGroup},
+		PinnedTTL:      cfg.PinnedTTL,
+		MemoryStorage:  true,
+	}
+}
+
+// ensureConsumer creates or updates partition p's consumer. One of an
+// earlier version, kept in a file, is replaced: the server cannot change a
+// consumer's storage, and a new consumer is only a takeover from the
+// checkpoint for whichever replica is pinned next.
+func (in *Intake) ensureConsumer(ctx context.Context, p int) (jetstream.Consumer, error) {
+	want := in.cfg.consumerConfig(p)
+	if old, err := in.stream.Consumer(ctx, want.Durable); err == nil && !old.CachedInfo().Config.MemoryStorage {
+		if err := in.stream.DeleteConsumer(ctx, want.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("replace file-backed intake consumer %d: %w", p, err)
+		}
+		in.log.Info("intake consumer moved to memory storage", "partition", p)
+	}
+	cons, err := in.stream.CreateOrUpdateConsumer(ctx, want)
+	if err != nil {
+		return nil, fmt.Errorf("ensure intake consumer %d: %w", p, err)
+	}
+	return cons, nil
 }
 
 // Stop checkpoints the partitions this replica owns, releases them to the

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/eventgate/eventgate/internal/series"
@@ -189,7 +190,38 @@ func (pt *partition) fetchFailed(ctx context.Context, err error) {
 		return
 	}
 	pt.log.Debug("intake fetch", "err", err)
+	if consumerGone(err) {
+		pt.recreate(ctx)
+	}
 	backoff(ctx, 250*time.Millisecond)
+}
+
+// consumerGone reports whether a pull failed in a way that may mean the
+// consumer no longer exists: deleted, or lost with the memory of the
+// servers that held it (nobody answers its pull requests then).
+func consumerGone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, nats.ErrNoResponders)
+}
+
+// recreate creates the partition's consumer again if it is gone. An owner
+// gives the partition up first: the new consumer pins whichever replica
+// pulls next, which takes it over from its checkpoint.
+func (pt *partition) recreate(ctx context.Context) {
+	if _, err := pt.in.stream.Consumer(ctx, consumerName(pt.p)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return
+	}
+	if pt.agg != nil {
+		pt.log.Warn("intake consumer lost: giving the partition up")
+		pt.drop()
+	}
+	cons, err := pt.in.ensureConsumer(ctx, pt.p)
+	if err != nil {
+		pt.log.Warn("intake consumer lost and not created again", "err", err)
+		return
+	}
+	pt.log.Info("intake consumer created again")
+	pt.cons = cons
 }
 
 // wakeIfUnowned puts a tick in a partition nobody owns (its owner died or

@@ -61,6 +61,9 @@ loop:
 			return
 		}
 		pt.fetchFailed(ctx, err)
+		if pt.agg == nil {
+			return // the consumer was lost, and the partition with it
+		}
 	}
 	pt.maybeTick()
 	err = pt.reapCheckpoint(ctx, false)
