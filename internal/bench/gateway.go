@@ -303,3 +303,78 @@ func (g *Gateway) SaveHeapProfile(ctx context.Context, path string) error {
 	}
 	return f.Close()
 }
+
+// CPU is the processor time a process's threads have used.
+type CPU struct {
+	// Go: the threads the Go runtime runs (named after the binary);
+	// Engine: the others, the embedded ClickHouse's (merges, inserts).
+	Go, Engine time.Duration
+}
+
+// Sub is the CPU used between o and c.
+func (c CPU) Sub(o CPU) CPU { return CPU{Go: c.Go - o.Go, Engine: c.Engine - o.Engine} }
+
+// clockTick is the unit of /proc's utime and stime (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// CPU returns the processor time (user and system) of the gateway's
+// threads so far, from /proc/<pid>/task/*/stat. Threads that ended are not
+// counted, so measure over a window in which the threads live (the
+// engine's pools and the runtime's threads do).
+func (g *Gateway) CPU() (CPU, error) {
+	return processCPU(g.Pid())
+}
+
+func processCPU(pid int) (CPU, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return CPU{}, fmt.Errorf("threads: %w", err)
+	}
+	main, err := threadStat(dir + "/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return CPU{}, err
+	}
+	var c CPU
+	for _, t := range tasks {
+		st, err := threadStat(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			continue // ended meanwhile
+		}
+		if st.comm == main.comm {
+			c.Go += st.cpu
+		} else {
+			c.Engine += st.cpu
+		}
+	}
+	return c, nil
+}
+
+type taskStat struct {
+	comm string
+	cpu  time.Duration
+}
+
+// threadStat reads a thread's name and its user and system time.
+func threadStat(path string) (taskStat, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return taskStat{}, err
+	}
+	s := string(b)
+	open, shut := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || shut < open {
+		return taskStat{}, fmt.Errorf("%s: malformed", path)
+	}
+	// Fields after the name: state is field 3, utime 14, stime 15.
+	f := strings.Fields(s[shut+2:])
+	if len(f) < 13 {
+		return taskStat{}, fmt.Errorf("%s: malformed", path)
+	}
+	ut, err1 := strconv.ParseInt(f[14-3], 10, 64)
+	st, err2 := strconv.ParseInt(f[15-3], 10, 64)
+	if err1 != nil || err2 != nil {
+		return taskStat{}, fmt.Errorf("%s: malformed times", path)
+	}
+	return taskStat{comm: s[open+1 : shut], cpu: time.Duration(ut+st) * clockTick}, nil
+}
