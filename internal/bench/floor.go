@@ -62,6 +62,9 @@ type FloorLatency struct {
 	// Watch, per event, in ms: from its publish until the watch feed
 	// decoded it.
 	Watch []float64 `json:"watch"`
+	// Batches published: one a Tick while the machine keeps up, fewer and
+	// larger when ticks are missed.
+	Batches int `json:"batches"`
 }
 
 // PipelineFloorPaced offers rate events/s to the composed parts for d, in a
@@ -78,7 +81,7 @@ func PipelineFloorPaced(ctx context.Context, dir, lib string, rate int, d time.D
 	if err != nil {
 		return nil, err
 	}
-	return &FloorLatency{Rate: rate, Ack: run.ack, Watch: run.watch}, nil
+	return &FloorLatency{Rate: rate, Ack: run.ack, Watch: run.watch, Batches: run.batches}, nil
 }
 
 // Headers of the floor's messages: when the event's batch was published
@@ -91,6 +94,7 @@ const (
 type floorRun struct {
 	Rate       float64
 	ack, watch []float64
+	batches    int
 }
 
 // floorTimes gathers a paced run's latencies.
@@ -246,6 +250,7 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 		return nil
 	}
 	start := time.Now()
+	var batches int
 	if rate == 0 {
 		for i := 0; i < total; i++ {
 			m := &nats.Msg{Subject: "floor." + strconv.Itoa(i%floorPartitions), Data: raws[i%len(raws)], Header: nats.Header{}}
@@ -255,7 +260,7 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 				break
 			}
 		}
-	} else if err := floorPaced(ctx, total, rate, raws, times, publish); err != nil {
+	} else if batches, err = floorPaced(ctx, total, rate, raws, times, publish); err != nil {
 		cancel(err)
 	}
 	select {
@@ -273,7 +278,7 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 	if n := inserted.Load(); n != int64(total) {
 		return nil, fmt.Errorf("pipeline floor: %d of %d inserted", n, total)
 	}
-	run := &floorRun{Rate: float64(total) / elapsed.Seconds()}
+	run := &floorRun{Rate: float64(total) / elapsed.Seconds(), batches: batches}
 	if times != nil {
 		times.mu.Lock()
 		run.ack, run.watch = times.acks, times.watchs
@@ -285,22 +290,23 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 // floorPaced publishes total events at rate, a batch every Tick, each
 // batch as one intake entry per partition holding its events' encodings,
 // each preceded by its length (as the intake batches a Submit).
-func floorPaced(ctx context.Context, total, rate int, raws [][]byte, times *floorTimes, publish func(*nats.Msg) error) error {
+func floorPaced(ctx context.Context, total, rate int, raws [][]byte, times *floorTimes, publish func(*nats.Msg) error) (batches int, err error) {
 	t := time.NewTicker(Tick)
 	defer t.Stop()
 	start := time.Now()
 	sent := 0
-	for b := 0; sent < total; {
+	b := 0
+	for sent < total {
 		select {
 		case <-ctx.Done():
-			return nil
+			return b, nil
 		case now := <-t.C:
 			n := min(int(float64(rate)*now.Sub(start).Seconds()), total) - sent
 			if n <= 0 {
 				continue
 			}
 			if b >= len(times.batch) {
-				return fmt.Errorf("pipeline floor: batch %d past the %d expected", b, len(times.batch))
+				return b, fmt.Errorf("pipeline floor: batch %d past the %d expected", b, len(times.batch))
 			}
 			var entries [floorPartitions]*nats.Msg
 			stamp := strconv.FormatInt(time.Now().UnixNano(), 10)
@@ -321,14 +327,14 @@ func floorPaced(ctx context.Context, total, rate int, raws [][]byte, times *floo
 					continue
 				}
 				if err := publish(m); err != nil {
-					return err
+					return b, err
 				}
 			}
 			sent += n
 			b++
 		}
 	}
-	return nil
+	return b, nil
 }
 
 func floorOwner(ctx context.Context, js jetstream.JetStream, intake jetstream.Stream, times *floorTimes) error {
