@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -14,7 +13,7 @@ import (
 	"time"
 
 	"github.com/eventgate/eventgate/client"
-	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/gateway"
 	"github.com/eventgate/eventgate/internal/gateway/config"
 )
@@ -25,19 +24,7 @@ import (
 var chDir string
 
 func TestMain(m *testing.M) {
-	if _, err := os.Stat(chdb.DefaultLibPath()); err != nil {
-		fmt.Fprintf(os.Stderr, "the embedded ClickHouse engine is missing (%v): run make chdb\n", err)
-		os.Exit(1)
-	}
-	dir, err := os.MkdirTemp("", "eventgate-client-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	chDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(chtest.MainDir(m, "eventgate-client-test-", &chDir))
 }
 
 // testGateway is a real gateway served in process on loopback.

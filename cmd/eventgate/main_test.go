@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/eventgate/eventgate/internal/authz"
-	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/gateway"
 	"github.com/eventgate/eventgate/internal/gateway/config"
 )
@@ -30,19 +30,7 @@ import (
 var chDir string
 
 func TestMain(m *testing.M) {
-	if _, err := os.Stat(chdb.DefaultLibPath()); err != nil {
-		fmt.Fprintf(os.Stderr, "the embedded ClickHouse engine is missing (%v): run make chdb\n", err)
-		os.Exit(1)
-	}
-	dir, err := os.MkdirTemp("", "eventgate-cli-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	chDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(chtest.MainDir(m, "eventgate-cli-test-", &chDir))
 }
 
 // startGateway serves a real gateway in process on dataDir at grpcAddr and

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/query"
 )
 
@@ -160,7 +161,7 @@ func setupAnalyticsBench(b *testing.B) {
 		n := benchEvents()
 		cfg := DefaultConfig()
 		cfg.Database = fmt.Sprintf("analytics_bench_%d", n)
-		s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
+		s, err := OpenEngine(ctx, chtest.Engine(b), cfg, chtest.Logger(b))
 		if err != nil {
 			abench.err = err
 			return
@@ -304,7 +305,7 @@ func runAnalyticsBench(b *testing.B, s *Store, end time.Time) {
 			}
 			run := func(name string, f func(query.Analytics) (int64, error)) {
 				b.Run(name+"/"+w.name+"/"+sc.name, func(b *testing.B) {
-					var lat latencies
+					var lat chtest.Latencies
 					var total int64
 					for i := 0; i < b.N; i++ {
 						aq := q()
@@ -319,7 +320,7 @@ func runAnalyticsBench(b *testing.B, s *Store, end time.Time) {
 					if total == 0 {
 						b.Fatal("no occurrences counted")
 					}
-					lat.report(b)
+					lat.Report(b)
 				})
 			}
 			run("HistogramByReason", func(aq query.Analytics) (int64, error) {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/event"
 )
 
@@ -156,7 +157,7 @@ func TestNativeInsertRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := engine(t).InsertFile(ctx, s.cfg.Database+".events_old", eventColumnNames, "Native", native); err != nil {
+		if err := chtest.Engine(t).InsertFile(ctx, s.cfg.Database+".events_old", eventColumnNames, "Native", native); err != nil {
 			t.Fatal(err)
 		}
 		old := selectEvents(t, s, "events_old")
@@ -289,7 +290,7 @@ func encodeBenchRows(n int) []Row {
 	at := time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
 	rows := make([]Row, n)
 	for i := range rows {
-		ev := realisticEvent(i, 1000, at)
+		ev := chtest.RealisticEvent(i, 1000, at)
 		raw, _ := event.Marshal(ev)
 		rows[i] = Row{Seq: uint64(i + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: at, Raw: raw,
 			WriteReason: "new", Minutes: []SeriesMinute{{Start: at, Count: 1}}}

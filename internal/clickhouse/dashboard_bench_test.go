@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/query"
 )
 
@@ -39,7 +40,7 @@ func setupDashboardBench(b *testing.B) {
 		cfg := DefaultConfig()
 		cfg.Database = fmt.Sprintf("dashboard_bench_%d", n)
 		cfg.RollupInterval = 0
-		s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
+		s, err := OpenEngine(ctx, chtest.Engine(b), cfg, chtest.Logger(b))
 		if err != nil {
 			dbench.err = err
 			return
@@ -162,7 +163,7 @@ func BenchmarkDashboard(b *testing.B) {
 			b.Run("Newest100/"+l.name+"/"+layout, func(b *testing.B) {
 				s.eventsOnly = layout == "events"
 				defer func() { s.eventsOnly = false }()
-				var lat latencies
+				var lat chtest.Latencies
 				for i := 0; i < b.N; i++ {
 					q := query.List{Scope: l.scope, PageSize: 100}
 					if l.f != nil {
@@ -178,7 +179,7 @@ func BenchmarkDashboard(b *testing.B) {
 						b.Fatalf("%d events, %v", len(p.Events), err)
 					}
 				}
-				lat.report(b)
+				lat.Report(b)
 			})
 		}
 	}
@@ -204,7 +205,7 @@ func runDashboardAnalytics(b *testing.B, s *Store) {
 					b.Run(name+"/"+w.name+"/"+scName+"/"+layout, func(b *testing.B) {
 						s.noRollup = layout == "minutes"
 						defer func() { s.noRollup = false }()
-						var lat latencies
+						var lat chtest.Latencies
 						for i := 0; i < b.N; i++ {
 							aq := q()
 							start := time.Now()
@@ -214,7 +215,7 @@ func runDashboardAnalytics(b *testing.B, s *Store) {
 								b.Fatalf("%d occurrences, %v", n, err)
 							}
 						}
-						lat.report(b)
+						lat.Report(b)
 					})
 				}
 			}
