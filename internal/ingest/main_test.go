@@ -16,8 +16,8 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
-	"github.com/eventgate/eventgate/internal/event"
 	egjs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/query"
 )
 
@@ -108,12 +108,11 @@ func (n *natsEnv) publish(t testing.TB, evs ...*eventgatev1.Event) []uint64 {
 	t.Helper()
 	msgs := make([]*nats.Msg, len(evs))
 	for i, ev := range evs {
-		b, err := event.Marshal(ev)
+		m, err := egjs.Msg(wire.Write{Event: ev})
 		if err != nil {
 			t.Fatal(err)
 		}
-		msgs[i] = nats.NewMsg(event.SubjectOf(ev))
-		msgs[i].Data = b
+		msgs[i] = m
 	}
 	return n.publishMsgs(t, msgs...)
 }
