@@ -79,14 +79,55 @@ func pbVarintSQL(field int, expr string) string {
 	return fmt.Sprintf("concat(char(%d), %s)", field<<3, varintSQL(expr))
 }
 
-func generateBenchData(ctx context.Context, s *Store, n int) error {
-	kinds := []string{"Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "Service",
-		"Ingress", "ConfigMap", "Secret", "Node", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "Namespace",
-		"Certificate", "Gateway", "HTTPRoute", "Workload", "Instance"}
-	quoted := make([]string, len(kinds))
-	for i, k := range kinds {
-		quoted[i] = "'" + k + "'"
+// benchKindSQL is an array of the 20 kinds the generated events regard.
+const benchKindSQL = "['Pod', 'Deployment', 'ReplicaSet', 'StatefulSet', 'DaemonSet', 'Job', 'CronJob', 'Service', " +
+	"'Ingress', 'ConfigMap', 'Secret', 'Node', 'PersistentVolumeClaim', 'HorizontalPodAutoscaler', 'Namespace', " +
+	"'Certificate', 'Gateway', 'HTTPRoute', 'Workload', 'Instance']"
+
+// insertGenerated inserts rows n numbers generate into s's events table,
+// chunk numbers at a time: with are the derived columns (WITH), values the
+// event columns' expressions, suffix what follows FROM numbers (an ARRAY
+// JOIN).
+func insertGenerated(ctx context.Context, s *Store, with []string, values map[string]string, n, chunk int, suffix string) error {
+	var cols, exprs []string
+	for _, c := range eventColumns {
+		if v, ok := values[c.name]; ok {
+			cols = append(cols, c.name)
+			exprs = append(exprs, v)
+		}
 	}
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		sql := "INSERT INTO " + s.events() + " (" + strings.Join(cols, ", ") + ")" +
+			" WITH " + strings.Join(with, ", ") +
+			" SELECT " + strings.Join(exprs, ", ") +
+			fmt.Sprintf(" FROM numbers(%d, %d)", lo, hi-lo) + suffix
+		if err := s.t.exec(ctx, sql, nil); err != nil {
+			return fmt.Errorf("generate rows %d..%d: %w", lo, hi, err)
+		}
+	}
+	return nil
+}
+
+// logTables logs the rows, parts and compressed size of each table of s.
+func logTables(b *testing.B, s *Store, tables ...string) {
+	for _, tbl := range tables {
+		p := newParams()
+		rs, err := s.t.query(context.Background(), "SELECT toUInt64(count()), toUInt64(sum(rows)), toUInt64(sum(data_compressed_bytes)) "+
+			"FROM system.parts WHERE active AND database = "+p.str(s.cfg.Database)+" AND table = "+p.str(tbl), p.m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var parts, rows, bytes uint64
+		for rs.Next() {
+			rs.Scan(&parts, &rows, &bytes)
+		}
+		rs.Close()
+		b.Logf("%s: %d rows in %d parts, %.1f MiB compressed", tbl, rows, parts, float64(bytes)/(1<<20))
+	}
+}
+
+func generateBenchData(ctx context.Context, s *Store, n int) error {
 	// Derived columns first (WITH), then the row.
 	with := []string{
 		"number AS n",
@@ -94,7 +135,7 @@ func generateBenchData(ctx context.Context, s *Store, n int) error {
 		"obj % 1000 AS tenant",
 		"if(tenant % 10 = 0, 'organization', 'project') AS tt",
 		"concat('tenant-', toString(tenant)) AS tn",
-		"[" + strings.Join(quoted, ", ") + "][intHash32(obj) % 20 + 1] AS kind",
+		benchKindSQL + "[intHash32(obj) % 20 + 1] AS kind",
 		"concat('ns-', toString(intHash32(obj) % 200 % 10)) AS ns",
 		"concat(lower(kind), '-', toString(obj)) AS rname",
 		fmt.Sprintf("fromUnixTimestamp64Micro(toInt64(%d), 'UTC') + toIntervalMicrosecond(intDiv(n * %d, %d) + cityHash64(n) %% 1000000) AS et",
@@ -119,27 +160,9 @@ func generateBenchData(ctx context.Context, s *Store, n int) error {
 		"subject":   "concat('events.', tt, '.', tn, '.core_', kind, '.', ns, '.', rname)",
 		"stored_at": "et", "ttl_seconds": strconv.Itoa(int(ttlSeconds(DefaultTTL))), "raw": raw,
 	}
-	var cols, exprs []string
-	for _, c := range eventColumns {
-		if v, ok := values[c.name]; ok {
-			cols = append(cols, c.name)
-			exprs = append(exprs, v)
-		}
-	}
 	// In chunks, as ingest would write them (parts then merge in the
 	// background).
-	const chunk = 1_000_000
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
-		sql := "INSERT INTO " + s.events() + " (" + strings.Join(cols, ", ") + ")" +
-			" WITH " + strings.Join(with, ", ") +
-			" SELECT " + strings.Join(exprs, ", ") +
-			fmt.Sprintf(" FROM numbers(%d, %d)", lo, hi-lo)
-		if err := s.t.exec(ctx, sql, nil); err != nil {
-			return fmt.Errorf("generate rows %d..%d: %w", lo, hi, err)
-		}
-	}
-	return nil
+	return insertGenerated(ctx, s, with, values, n, 1_000_000, "")
 }
 
 // benchRawSQL is a protobuf Event built in SQL from the aliases u, ename,

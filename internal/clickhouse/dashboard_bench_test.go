@@ -99,23 +99,6 @@ func setupDashboardBench(b *testing.B) {
 	}
 }
 
-func logDashboardTables(b *testing.B, s *Store) {
-	for _, tbl := range []string{"events", "analytics_events", "series_minute_totals", "event_minutes", "analytics_hours", "rollup_marks"} {
-		p := newParams()
-		rs, err := s.t.query(context.Background(), "SELECT toUInt64(count()), toUInt64(sum(rows)), toUInt64(sum(data_compressed_bytes)) "+
-			"FROM system.parts WHERE active AND database = "+p.str(s.cfg.Database)+" AND table = "+p.str(tbl), p.m)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var parts, rows, bytes uint64
-		for rs.Next() {
-			rs.Scan(&parts, &rows, &bytes)
-		}
-		rs.Close()
-		b.Logf("%s: %d rows in %d parts, %.1f MiB compressed", tbl, rows, parts, float64(bytes)/(1<<20))
-	}
-}
-
 // BenchmarkDashboard measures the reads a dashboard makes first, on the
 // dashboard store: the newest 100 events of the large tenant and of every
 // tenant (plain, with a type or kind filter, in the last hour), each read
@@ -133,7 +116,7 @@ func BenchmarkDashboard(b *testing.B) {
 	if dbench.rollupHours > 0 {
 		b.Logf("rolled up %d hours in %v", dbench.rollupHours, dbench.rollupTime.Round(time.Millisecond))
 	}
-	logDashboardTables(b, s)
+	logTables(b, s, "events", "analytics_events", "series_minute_totals", "event_minutes", "analytics_hours", "rollup_marks")
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(5, 6))
 	// A first page is read at the store's ingest floor: every stored version
