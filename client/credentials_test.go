@@ -47,7 +47,7 @@ func TestTLSAndTokenSourcePerCall(t *testing.T) {
 	var calls atomic.Int32
 	var current atomic.Value
 	current.Store("token-one-0123456789")
-	c, err := client.New(g.grpcAddr, client.WithCAFile(cert), client.WithTokenSource(func(context.Context) (string, error) {
+	c, err := client.New(g.GRPCAddr, client.WithCAFile(cert), client.WithTokenSource(func(context.Context) (string, error) {
 		calls.Add(1)
 		return current.Load().(string), nil
 	}))
@@ -75,7 +75,7 @@ func TestTLSAndTokenSourcePerCall(t *testing.T) {
 		t.Errorf("with a wrong token: %v, want Unauthenticated", err)
 	}
 	// Without trusting the server's certificate, nothing is sent.
-	untrusted := newClientTLS(t, g.grpcAddr)
+	untrusted := newClientTLS(t, g.GRPCAddr)
 	if _, err := untrusted.Get(ctx, &client.GetRequest{Uid: "x"}); status.Code(err) != codes.Unavailable {
 		t.Errorf("an untrusted server: %v, want Unavailable", err)
 	}
@@ -147,7 +147,7 @@ func TestMutualTLS(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.New(g.grpcAddr, client.WithCAFile(caCert), client.WithClientCertificate(clientCert, clientKey))
+	c, err := client.New(g.GRPCAddr, client.WithCAFile(caCert), client.WithClientCertificate(clientCert, clientKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestMutualTLS(t *testing.T) {
 	if _, err := c.Emit(ctx, &client.EmitRequest{Events: []*client.Event{ev}, Tenant: blog}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("emit to another tenant: %v, want PermissionDenied", err)
 	}
-	anon, err := client.New(g.grpcAddr, client.WithCAFile(caCert))
+	anon, err := client.New(g.GRPCAddr, client.WithCAFile(caCert))
 	if err != nil {
 		t.Fatal(err)
 	}

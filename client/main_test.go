@@ -2,21 +2,14 @@ package client_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/eventgate/eventgate/client"
-	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
-	"github.com/eventgate/eventgate/internal/gateway"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/gateway/config"
+	"github.com/eventgate/eventgate/internal/gateway/gatewaytest"
 )
 
 // chDir is the embedded ClickHouse directory the gateways of this test
@@ -25,83 +18,14 @@ import (
 var chDir string
 
 func TestMain(m *testing.M) {
-	if _, err := os.Stat(chdb.DefaultLibPath()); err != nil {
-		fmt.Fprintf(os.Stderr, "the embedded ClickHouse engine is missing (%v): run make chdb\n", err)
-		os.Exit(1)
-	}
-	dir, err := os.MkdirTemp("", "eventgate-client-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	chDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(chtest.MainDir(m, "eventgate-client-test-", &chDir))
 }
 
-// testGateway is a real gateway served in process on loopback.
-type testGateway struct {
-	grpcAddr, httpAddr string
-	stop               func()
-}
-
-// startGateway serves a gateway on dataDir at grpcAddr and httpAddr
-// ("127.0.0.1:0" for any port; a fixed one lets a client survive a
-// restart). The caller stops it; t.Cleanup stops it too.
-func startGateway(t testing.TB, dataDir, grpcAddr, httpAddr string, mutate func(*config.Config)) *testGateway {
+// startGateway serves a real gateway in process (gatewaytest.Start), its
+// database named sdk_….
+func startGateway(t testing.TB, dataDir, grpcAddr, httpAddr string, mutate func(*config.Config)) *gatewaytest.Gateway {
 	t.Helper()
-	cfg := config.Default()
-	cfg.DataDir = dataDir
-	cfg.ShutdownTimeout = 5 * time.Second
-	cfg.ClickHouse.DataDir = chDir
-	h := sha256.Sum256([]byte(dataDir))
-	cfg.ClickHouse.Database = "sdk_" + hex.EncodeToString(h[:6])
-	cfg.ClickHouse.BatchWait = 20 * time.Millisecond
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g, err := gateway.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	gl := listen(t, grpcAddr)
-	hl := listen(t, httpAddr)
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, gl, hl) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return &testGateway{grpcAddr: gl.Addr().String(), httpAddr: hl.Addr().String(), stop: stop}
-}
-
-// listen listens on addr, retrying a while: the previous gateway on a fixed
-// address may still be closing.
-func listen(t testing.TB, addr string) net.Listener {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		l, err := net.Listen("tcp", addr)
-		if err == nil {
-			return l
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond) // the address is released by a gateway closing
-	}
+	return gatewaytest.Start(t, chDir, "sdk_", dataDir, grpcAddr, httpAddr, mutate)
 }
 
 func newClient(t testing.TB, addr string, opts ...client.Option) *client.Client {

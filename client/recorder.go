@@ -383,24 +383,15 @@ func jitter(d time.Duration) time.Duration {
 
 // serve runs one stream: it resends resend, then batches the queue. It
 // returns the batches still unacknowledged and the error that ended the
-// stream, or a nil error once stopped with nothing left to send.
+// stream, or a nil error once stopped with nothing left to send. It is one
+// select loop on purpose: every case reads and changes the same state (the
+// batch being filled, the resends, the window in flight, the batch timer),
+// which split functions would have to pass around and hand back.
 func (r *Recorder) serve(stream eventgatev1.EventService_EmitStreamClient, resend []*batch, seq *uint64, backoff *time.Duration) (inflight, rest []*batch, err error) {
 	acks := make(chan ack, r.opts.InFlight+1)
 	quit := make(chan struct{})
 	defer close(quit)
-	go func() {
-		for {
-			resp, err := stream.Recv()
-			select {
-			case acks <- ack{resp, err}:
-			case <-quit: // the caller cancels the stream's context
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	go receiveAcks(stream, acks, quit)
 	var cur []*Event // the batch being filled
 	defer func() {
 		_ = stream.CloseSend()
@@ -487,6 +478,22 @@ func (r *Recorder) serve(stream eventgatev1.EventService_EmitStreamClient, resen
 				return inflight, resend, err
 			}
 			*backoff = r.opts.MinBackoff
+		}
+	}
+}
+
+// receiveAcks passes what stream receives to acks, until an error (passed
+// on too) or quit.
+func receiveAcks(stream eventgatev1.EventService_EmitStreamClient, acks chan<- ack, quit <-chan struct{}) {
+	for {
+		resp, err := stream.Recv()
+		select {
+		case acks <- ack{resp, err}:
+		case <-quit: // the caller cancels the stream's context
+			return
+		}
+		if err != nil {
+			return
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/eventgate/eventgate/client"
+	"github.com/eventgate/eventgate/internal/gateway/gatewaytest"
 )
 
 // gatewayProcess is the gateway binary running as a child process on
@@ -34,7 +35,7 @@ func buildGateway(t *testing.T) string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l := listen(t, "127.0.0.1:0")
+	l := gatewaytest.Listen(t, "127.0.0.1:0")
 	defer l.Close()
 	return l.Addr().String()
 }

@@ -20,7 +20,7 @@ func TestRecorderWaitsOutTheRateLimitsDelay(t *testing.T) {
 		c.MaxBatch = 10
 		c.Limits.Tenant.EmitRate, c.Limits.Tenant.EmitBurst = 5, 10
 	})
-	c := newClient(t, g.grpcAddr)
+	c := newClient(t, g.GRPCAddr)
 	var mu sync.Mutex
 	type retry struct{ wait, said time.Duration }
 	var limited []retry

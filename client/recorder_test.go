@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/eventgate/eventgate/client"
+	"github.com/eventgate/eventgate/internal/gateway/gatewaytest"
 )
 
 func pod(ns, name string) *client.ObjectReference {
@@ -24,7 +25,7 @@ func pod(ns, name string) *client.ObjectReference {
 // as recorded, with the recorder's reporting controller.
 func TestRecorderEventfStoresEvents(t *testing.T) {
 	g := startGateway(t, t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", nil)
-	c := newClient(t, g.grpcAddr)
+	c := newClient(t, g.GRPCAddr)
 	var mu sync.Mutex
 	stored := map[string]*client.EmitResult{}
 	rec := c.NewRecorder(client.RecorderOptions{
@@ -112,7 +113,7 @@ func TestRecorderQueueFullDropsWithoutBlocking(t *testing.T) {
 
 // listenAndClose returns a loopback address nothing listens on.
 func listenAndClose(t *testing.T) string {
-	l := listen(t, "127.0.0.1:0")
+	l := gatewaytest.Listen(t, "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
 	return addr
@@ -122,7 +123,7 @@ func listenAndClose(t *testing.T) string {
 // another object is unaffected.
 func TestRecorderRateLimitsPerObject(t *testing.T) {
 	g := startGateway(t, t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", nil)
-	c := newClient(t, g.grpcAddr)
+	c := newClient(t, g.GRPCAddr)
 	rec := c.NewRecorder(client.RecorderOptions{ReportingController: "example.com/rate", PerObjectBurst: 5, PerObjectInterval: time.Hour})
 	for i := range 20 {
 		rec.Eventf(pod("shop", "noisy"), nil, client.TypeWarning, "Failed", "Sync", "failure %d", i)
@@ -145,7 +146,7 @@ func TestRecorderRateLimitsPerObject(t *testing.T) {
 // Invalid) and stores the rest of the batch.
 func TestRecorderDropsInvalidEventsKeepsTheRest(t *testing.T) {
 	g := startGateway(t, t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", nil)
-	c := newClient(t, g.grpcAddr)
+	c := newClient(t, g.GRPCAddr)
 	var invalid []string
 	rec := c.NewRecorder(client.RecorderOptions{ReportingController: "example.com/invalid", BatchWait: time.Second, Metrics: client.Metrics{
 		OnDrop: func(ev *client.Event, r client.DropReason) { invalid = append(invalid, string(r)+":"+ev.Note) },

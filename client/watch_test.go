@@ -32,7 +32,7 @@ func emitN(t *testing.T, ctx context.Context, c *client.Client, reason string, f
 func TestWatchResumesAcrossGatewayRestart(t *testing.T) {
 	dataDir := t.TempDir()
 	g := startGateway(t, dataDir, "127.0.0.1:0", "127.0.0.1:0", nil)
-	c := newClient(t, g.grpcAddr)
+	c := newClient(t, g.GRPCAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// As an informer: list, then watch from the list's resourceVersion;
@@ -56,8 +56,8 @@ func TestWatchResumesAcrossGatewayRestart(t *testing.T) {
 		}
 		got = append(got, we.Event.Note)
 		if len(got) == 2 {
-			g.stop()
-			g = startGateway(t, dataDir, g.grpcAddr, g.httpAddr, nil)
+			g.Stop()
+			g = startGateway(t, dataDir, g.GRPCAddr, g.HTTPAddr, nil)
 			emitN(t, ctx, c, "B", 0, 2)
 		}
 		if len(got) == 4 {
@@ -80,7 +80,7 @@ func TestWatchResumesAcrossGatewayRestart(t *testing.T) {
 // it from the store, marked Relisted, and goes on live.
 func TestWatchRelistsWhenItsPositionExpired(t *testing.T) {
 	g := startGateway(t, t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", func(c *config.Config) { c.NATS.MaxBytes = 1500 })
-	c := newClient(t, g.grpcAddr)
+	c := newClient(t, g.GRPCAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// One at a time, each stored before the next pushes the oldest out of
@@ -126,7 +126,7 @@ func TestWatchRelistsWhenItsPositionExpired(t *testing.T) {
 // TestQueryIteratesEveryPage: Query yields all events across keyset pages.
 func TestQueryIteratesEveryPage(t *testing.T) {
 	g := startGateway(t, t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", nil)
-	c := newClient(t, g.grpcAddr)
+	c := newClient(t, g.GRPCAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	emitN(t, ctx, c, "Paged", 0, 35)

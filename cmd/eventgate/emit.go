@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,14 +16,17 @@ import (
 	"github.com/eventgate/eventgate/client"
 )
 
+// emitFlags are emit's flags.
+type emitFlags struct {
+	file, idemKey                  string
+	ev                             client.Event
+	regarding, related, apiVersion string
+	relatedAPIVersion, fieldPath   string
+	labels                         []string
+}
+
 func newEmit(g *globals) *cobra.Command {
-	var (
-		file, idemKey                  string
-		ev                             client.Event
-		regarding, related, apiVersion string
-		relatedAPIVersion, fieldPath   string
-		labels                         []string
-	)
+	var fl emitFlags
 	cmd := &cobra.Command{
 		Use:   "emit [-f FILE | --reason R --regarding KIND/NAME ...]",
 		Short: "Emit events from flags, or from a JSON or YAML file or stdin",
@@ -37,96 +41,111 @@ YAML files may hold several documents.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var evs []*client.Event
-			if file != "" {
+			if fl.file != "" {
 				var err error
-				if evs, err = readEvents(file, cmd.InOrStdin()); err != nil {
+				if evs, err = readEvents(fl.file, cmd.InOrStdin()); err != nil {
 					return err
 				}
 			} else {
-				if ev.Reason == "" || regarding == "" {
-					return fmt.Errorf("emit needs -f FILE, or at least --reason and --regarding KIND/NAME")
-				}
-				e := &ev
-				ref, err := objectRef(regarding, apiVersion)
+				e, err := fl.event()
 				if err != nil {
-					return fmt.Errorf("--regarding: %w", err)
-				}
-				ref.FieldPath = fieldPath
-				e.Regarding = ref
-				if related != "" {
-					if e.Related, err = objectRef(related, relatedAPIVersion); err != nil {
-						return fmt.Errorf("--related: %w", err)
-					}
-				}
-				for _, l := range labels {
-					k, v, ok := strings.Cut(l, "=")
-					if !ok {
-						return fmt.Errorf("--label %q: want key=value", l)
-					}
-					if e.Labels == nil {
-						e.Labels = map[string]string{}
-					}
-					e.Labels[k] = v
+					return err
 				}
 				evs = []*client.Event{e}
 			}
-			c, conn, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			tenant, err := conn.tenant()
-			if err != nil {
-				return err
-			}
-			for _, e := range evs {
-				if e.Namespace == "" && e.GetRegarding().GetNamespace() == "" {
-					e.Namespace = conn.Namespace
-					if e.Regarding != nil && conn.Namespace != "" {
-						e.Regarding.Namespace = conn.Namespace
-					}
-				}
-			}
-			resp, err := c.Emit(cmd.Context(), &client.EmitRequest{Events: evs, Tenant: tenant, IdempotencyKey: idemKey})
-			if err != nil {
-				return asConnError(conn.Server, err)
-			}
-			for i, r := range resp.GetResults() {
-				name := r.GetName()
-				if name == "" {
-					name = evs[i].GetName()
-				}
-				if name == "" {
-					name = r.GetUid()
-				}
-				fmt.Fprintf(g.stdout, "event/%s %s\n", name, outcomeWord(r))
-			}
-			return nil
+			return g.emit(cmd.Context(), evs, fl.idemKey)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&file, "filename", "f", "", "JSON or YAML file of events; - reads stdin")
-	f.StringVar(&idemKey, "idempotency-key", "", "key that makes a retried emit store nothing twice")
-	f.StringVar(&ev.Reason, "reason", "", "why the action was taken, UpperCamelCase")
-	f.StringVar(&ev.Note, "note", "", "human-readable description")
-	f.StringVar(&ev.Type, "type", "Normal", "Normal or Warning")
-	f.StringVar(&ev.Action, "action", "", "what was done or failed")
-	f.StringVar(&ev.Name, "name", "", "name of the event (default: generated)")
-	f.StringVar(&ev.ReportingController, "reporting-controller", "eventgate-cli", "name of the emitter")
-	f.StringVar(&ev.ReportingInstance, "reporting-instance", "", "instance of the emitter (default: the host name)")
-	f.StringVar(&regarding, "regarding", "", "the object the event is about, KIND/NAME")
-	f.StringVar(&apiVersion, "api-version", "v1", "API version of the regarding object")
-	f.StringVar(&fieldPath, "field-path", "", "field of the regarding object")
-	f.StringVar(&related, "related", "", "a second object, KIND/NAME")
-	f.StringVar(&relatedAPIVersion, "related-api-version", "v1", "API version of the related object")
-	f.StringArrayVarP(&labels, "label", "l", nil, "label key=value (repeatable)")
+	f.StringVarP(&fl.file, "filename", "f", "", "JSON or YAML file of events; - reads stdin")
+	f.StringVar(&fl.idemKey, "idempotency-key", "", "key that makes a retried emit store nothing twice")
+	f.StringVar(&fl.ev.Reason, "reason", "", "why the action was taken, UpperCamelCase")
+	f.StringVar(&fl.ev.Note, "note", "", "human-readable description")
+	f.StringVar(&fl.ev.Type, "type", "Normal", "Normal or Warning")
+	f.StringVar(&fl.ev.Action, "action", "", "what was done or failed")
+	f.StringVar(&fl.ev.Name, "name", "", "name of the event (default: generated)")
+	f.StringVar(&fl.ev.ReportingController, "reporting-controller", "eventgate-cli", "name of the emitter")
+	f.StringVar(&fl.ev.ReportingInstance, "reporting-instance", "", "instance of the emitter (default: the host name)")
+	f.StringVar(&fl.regarding, "regarding", "", "the object the event is about, KIND/NAME")
+	f.StringVar(&fl.apiVersion, "api-version", "v1", "API version of the regarding object")
+	f.StringVar(&fl.fieldPath, "field-path", "", "field of the regarding object")
+	f.StringVar(&fl.related, "related", "", "a second object, KIND/NAME")
+	f.StringVar(&fl.relatedAPIVersion, "related-api-version", "v1", "API version of the related object")
+	f.StringArrayVarP(&fl.labels, "label", "l", nil, "label key=value (repeatable)")
 	_ = cmd.MarkFlagFilename("filename", "json", "yaml", "yml")
 	cmd.PreRun = func(*cobra.Command, []string) {
-		if ev.ReportingInstance == "" {
-			ev.ReportingInstance, _ = os.Hostname()
+		if fl.ev.ReportingInstance == "" {
+			fl.ev.ReportingInstance, _ = os.Hostname()
 		}
 	}
 	return cmd
+}
+
+// event is the event the flags describe.
+func (fl *emitFlags) event() (*client.Event, error) {
+	if fl.ev.Reason == "" || fl.regarding == "" {
+		return nil, fmt.Errorf("emit needs -f FILE, or at least --reason and --regarding KIND/NAME")
+	}
+	e := &fl.ev
+	ref, err := objectRef(fl.regarding, fl.apiVersion)
+	if err != nil {
+		return nil, fmt.Errorf("--regarding: %w", err)
+	}
+	ref.FieldPath = fl.fieldPath
+	e.Regarding = ref
+	if fl.related != "" {
+		if e.Related, err = objectRef(fl.related, fl.relatedAPIVersion); err != nil {
+			return nil, fmt.Errorf("--related: %w", err)
+		}
+	}
+	for _, l := range fl.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			return nil, fmt.Errorf("--label %q: want key=value", l)
+		}
+		if e.Labels == nil {
+			e.Labels = map[string]string{}
+		}
+		e.Labels[k] = v
+	}
+	return e, nil
+}
+
+// emit emits evs (in the context's namespace when they name none) and
+// prints each one's outcome.
+func (g *globals) emit(ctx context.Context, evs []*client.Event, idemKey string) error {
+	c, conn, err := g.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	tenant, err := conn.tenant()
+	if err != nil {
+		return err
+	}
+	for _, e := range evs {
+		if e.Namespace == "" && e.GetRegarding().GetNamespace() == "" {
+			e.Namespace = conn.Namespace
+			if e.Regarding != nil && conn.Namespace != "" {
+				e.Regarding.Namespace = conn.Namespace
+			}
+		}
+	}
+	resp, err := c.Emit(ctx, &client.EmitRequest{Events: evs, Tenant: tenant, IdempotencyKey: idemKey})
+	if err != nil {
+		return asConnError(conn.Server, err)
+	}
+	for i, r := range resp.GetResults() {
+		name := r.GetName()
+		if name == "" {
+			name = evs[i].GetName()
+		}
+		if name == "" {
+			name = r.GetUid()
+		}
+		fmt.Fprintf(g.stdout, "event/%s %s\n", name, outcomeWord(r))
+	}
+	return nil
 }
 
 func outcomeWord(r *client.EmitResult) string {

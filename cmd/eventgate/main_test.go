@@ -4,13 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +16,9 @@ import (
 	"time"
 
 	"github.com/eventgate/eventgate/internal/authz"
-	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
-	"github.com/eventgate/eventgate/internal/gateway"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/gateway/config"
+	"github.com/eventgate/eventgate/internal/gateway/gatewaytest"
 )
 
 // chDir is the embedded ClickHouse directory the gateways of this test
@@ -30,74 +26,19 @@ import (
 var chDir string
 
 func TestMain(m *testing.M) {
-	if _, err := os.Stat(chdb.DefaultLibPath()); err != nil {
-		fmt.Fprintf(os.Stderr, "the embedded ClickHouse engine is missing (%v): run make chdb\n", err)
-		os.Exit(1)
-	}
-	dir, err := os.MkdirTemp("", "eventgate-cli-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	chDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(chtest.MainDir(m, "eventgate-cli-test-", &chDir))
 }
 
-// startGateway serves a real gateway in process on dataDir at grpcAddr and
-// httpAddr; stop ends it (t.Cleanup too).
+// startGateway serves a real gateway in process (gatewaytest.Start) on
+// dataDir at grpcAddr and httpAddr, its database named cli_…; stop ends it
+// (t.Cleanup too).
 func startGateway(t *testing.T, dataDir, grpcAddr, httpAddr string, mutate ...func(*config.Config)) (stop func()) {
 	t.Helper()
-	cfg := config.Default()
-	cfg.DataDir = dataDir
-	cfg.ShutdownTimeout = 5 * time.Second
-	cfg.ClickHouse.DataDir = chDir
-	h := sha256.Sum256([]byte(dataDir))
-	cfg.ClickHouse.Database = "cli_" + hex.EncodeToString(h[:6])
-	cfg.ClickHouse.BatchWait = 20 * time.Millisecond
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g, err := gateway.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	gl, hl := listen(t, grpcAddr), listen(t, httpAddr)
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, gl, hl) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-func listen(t *testing.T, addr string) net.Listener {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		l, err := net.Listen("tcp", addr)
-		if err == nil {
-			return l
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond) // a gateway closing releases the address
-	}
+	return gatewaytest.Start(t, chDir, "cli_", dataDir, grpcAddr, httpAddr, mutate...).Stop
 }
 
 func freeAddr(t *testing.T) string {
-	l := listen(t, "127.0.0.1:0")
+	l := gatewaytest.Listen(t, "127.0.0.1:0")
 	defer l.Close()
 	return l.Addr().String()
 }

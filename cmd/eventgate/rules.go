@@ -44,6 +44,12 @@ func newRules(g *globals) *cobra.Command {
 		Long: `Rules notify a webhook, Slack, a CloudEvents sink or a NATS subject when a condition holds over
 the tenant's events. See the README's "Rules" section for the fields.`,
 	}
+	cmd.AddCommand(newRulesList(g), newRulesGet(g), newRulesApply(g), newRulesDelete(g), newRulesDeliveries(g), newRulesRedeliver(g))
+	return cmd
+}
+
+// newRulesList is `rules list`: it lists the tenant's rules.
+func newRulesList(g *globals) *cobra.Command {
 	var output string
 	list := &cobra.Command{
 		Use:   "list",
@@ -72,7 +78,11 @@ the tenant's events. See the README's "Rules" section for the fields.`,
 		},
 	}
 	list.Flags().StringVarP(&output, "output", "o", "", "json or yaml (default: a table)")
+	return list
+}
 
+// newRulesGet is `rules get`: it shows one rule.
+func newRulesGet(g *globals) *cobra.Command {
 	var getOutput string
 	get := &cobra.Command{
 		Use:   "get NAME",
@@ -93,7 +103,11 @@ the tenant's events. See the README's "Rules" section for the fields.`,
 		},
 	}
 	get.Flags().StringVarP(&getOutput, "output", "o", "yaml", "json or yaml")
+	return get
+}
 
+// newRulesApply is `rules apply`: it creates or replaces a rule from a file.
+func newRulesApply(g *globals) *cobra.Command {
 	var file string
 	apply := &cobra.Command{
 		Use:   "apply -f FILE",
@@ -124,7 +138,11 @@ the tenant's events. See the README's "Rules" section for the fields.`,
 	}
 	apply.Flags().StringVarP(&file, "filename", "f", "", "the rule, YAML or JSON ('-': stdin)")
 	_ = apply.MarkFlagRequired("filename")
+	return apply
+}
 
+// newRulesDelete is `rules delete`: it deletes a rule.
+func newRulesDelete(g *globals) *cobra.Command {
 	del := &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a rule",
@@ -139,7 +157,11 @@ the tenant's events. See the README's "Rules" section for the fields.`,
 			})
 		},
 	}
+	return del
+}
 
+// newRulesDeliveries is `rules deliveries`: it lists a rule's notifications and their deliveries.
+func newRulesDeliveries(g *globals) *cobra.Command {
 	var dOutput string
 	var limit int32
 	deliveries := &cobra.Command{
@@ -175,7 +197,11 @@ the tenant's events. See the README's "Rules" section for the fields.`,
 	}
 	deliveries.Flags().StringVarP(&dOutput, "output", "o", "", "json or yaml (default: a table)")
 	deliveries.Flags().Int32Var(&limit, "limit", 100, "notifications to show")
+	return deliveries
+}
 
+// newRulesRedeliver is `rules redeliver`: it queues a notification again.
+func newRulesRedeliver(g *globals) *cobra.Command {
 	redeliver := &cobra.Command{
 		Use:   "redeliver NAME NOTIFICATION_ID",
 		Short: "Queue a notification for delivery again",
@@ -190,8 +216,7 @@ the tenant's events. See the README's "Rules" section for the fields.`,
 			})
 		},
 	}
-	cmd.AddCommand(list, get, apply, del, deliveries, redeliver)
-	return cmd
+	return redeliver
 }
 
 func readRule(stdin io.Reader, file string) (*eventgatev1.Rule, error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -35,43 +36,9 @@ func newWhoami(g *globals) *cobra.Command {
 question kubectl auth whoami asks, so both answer the same.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			conn, err := g.resolve()
+			body, err := g.selfSubjectReview(cmd.Context())
 			if err != nil {
 				return err
-			}
-			base, hc, err := conn.httpClient()
-			if err != nil {
-				return err
-			}
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, base+"/apis/authentication.k8s.io/v1/selfsubjectreviews",
-				strings.NewReader(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`))
-			if err != nil {
-				return err
-			}
-			req.Header.Set("Content-Type", "application/json")
-			if tok, err := conn.bearer(); err != nil {
-				return err
-			} else if tok != "" {
-				req.Header.Set("Authorization", "Bearer "+tok)
-			}
-			resp, err := hc.Do(req)
-			if err != nil {
-				return &connError{server: base, cause: err.Error()}
-			}
-			defer resp.Body.Close()
-			body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			if err != nil {
-				return err
-			}
-			if resp.StatusCode/100 != 2 {
-				var st struct {
-					Reason  string `json:"reason"`
-					Message string `json:"message"`
-				}
-				if json.Unmarshal(body, &st) == nil && st.Message != "" {
-					return &serverError{reason: st.Reason, message: st.Message}
-				}
-				return fmt.Errorf("the server answered %s", resp.Status)
 			}
 			var ssr authnv1.SelfSubjectReview
 			if err := json.Unmarshal(body, &ssr); err != nil {
@@ -113,6 +80,50 @@ question kubectl auth whoami asks, so both answer the same.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml (default: a table)")
 	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion("json", "yaml"))
 	return cmd
+}
+
+// selfSubjectReview asks the gateway's HTTP listener who the caller is
+// (kubectl auth whoami's question) and returns the answer's JSON.
+func (g *globals) selfSubjectReview(ctx context.Context) ([]byte, error) {
+	conn, err := g.resolve()
+	if err != nil {
+		return nil, err
+	}
+	base, hc, err := conn.httpClient()
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/apis/authentication.k8s.io/v1/selfsubjectreviews",
+		strings.NewReader(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tok, err := conn.bearer(); err != nil {
+		return nil, err
+	} else if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, &connError{server: base, cause: err.Error()}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		var st struct {
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(body, &st) == nil && st.Message != "" {
+			return nil, &serverError{reason: st.Reason, message: st.Message}
+		}
+		return nil, fmt.Errorf("the server answered %s", resp.Status)
+	}
+	return body, nil
 }
 
 // bearer is the token to send, read from its file when there is one.

@@ -173,28 +173,8 @@ type jwtVerifier struct {
 }
 
 func newJWTVerifier(ctx context.Context, cfg JWTConfig, log *slog.Logger, now func() time.Time) (*jwtVerifier, error) {
-	if cfg.Issuer == "" || cfg.Audience == "" {
-		return nil, errors.New("jwt: issuer and audience are required")
-	}
-	if len(cfg.Algorithms) == 0 {
-		cfg.Algorithms = []string{AlgRS256, AlgES256, AlgHS256}
-	}
-	for _, a := range cfg.Algorithms {
-		if a != AlgRS256 && a != AlgES256 && a != AlgHS256 {
-			return nil, fmt.Errorf("jwt: algorithm %q is not supported (RS256, ES256, HS256)", a)
-		}
-	}
-	switch {
-	case cfg.Leeway == 0:
-		cfg.Leeway = defaultLeeway
-	case cfg.Leeway < 0 || cfg.Leeway > maxLeeway:
-		return nil, fmt.Errorf("jwt: leeway must be between 0 and %s", maxLeeway)
-	}
-	switch {
-	case cfg.RefreshInterval == 0:
-		cfg.RefreshInterval = defaultRefresh
-	case cfg.RefreshInterval < minRefresh || cfg.RefreshInterval > maxRefresh:
-		return nil, fmt.Errorf("jwt: refreshInterval must be between %s and %s", minRefresh, maxRefresh)
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
 	}
 	v := &jwtVerifier{
 		cfg: cfg,
@@ -215,28 +195,11 @@ func newJWTVerifier(ctx context.Context, cfg JWTConfig, log *slog.Logger, now fu
 	for _, kid := range cfg.PlatformKeyIDs {
 		v.platform[kid] = true
 	}
-	if cfg.KeysFile != "" {
-		data, err := os.ReadFile(cfg.KeysFile)
-		if err != nil {
-			return nil, fmt.Errorf("jwt keys file: %w", err)
-		}
-		keys, err := parseJWKS(data, true)
-		if err != nil {
-			return nil, fmt.Errorf("jwt keys file %s: %w", cfg.KeysFile, err)
-		}
-		v.static = append(v.static, keys...)
+	static, err := staticKeys(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.SecretFile != "" {
-		data, err := os.ReadFile(cfg.SecretFile)
-		if err != nil {
-			return nil, fmt.Errorf("jwt secret file: %w", err)
-		}
-		s := bytes.TrimSpace(data)
-		if len(s) < minHMACBytes {
-			return nil, fmt.Errorf("jwt secret file %s: the secret must have at least %d bytes", cfg.SecretFile, minHMACBytes)
-		}
-		v.static = append(v.static, verifyKey{kid: cfg.SecretKeyID, alg: AlgHS256, key: s})
-	}
+	v.static = static
 	if err := uniqueKids(v.static); err != nil {
 		return nil, err
 	}
@@ -249,18 +212,7 @@ func newJWTVerifier(ctx context.Context, cfg JWTConfig, log *slog.Logger, now fu
 			return nil, errors.New("jwt keysURL: must be https (http only on loopback)")
 		}
 		v.url = u.String()
-		v.client = &http.Client{
-			Timeout: fetchTimeout,
-			CheckRedirect: func(req *http.Request, via []*http.Request) error {
-				if len(via) >= 5 {
-					return errors.New("too many redirects")
-				}
-				if req.URL.Scheme != "https" && !(req.URL.Scheme == "http" && loopback(req.URL.Hostname())) {
-					return errors.New("redirect away from https refused")
-				}
-				return nil
-			},
-		}
+		v.client = keysClient()
 		if err := v.refresh(ctx); err != nil {
 			return nil, err
 		}
@@ -269,6 +221,79 @@ func newJWTVerifier(ctx context.Context, cfg JWTConfig, log *slog.Logger, now fu
 		return nil, errors.New("jwt: no keys configured")
 	}
 	return v, nil
+}
+
+// withDefaults checks c and fills its unset settings with defaults.
+func (c *JWTConfig) withDefaults() error {
+	if c.Issuer == "" || c.Audience == "" {
+		return errors.New("jwt: issuer and audience are required")
+	}
+	if len(c.Algorithms) == 0 {
+		c.Algorithms = []string{AlgRS256, AlgES256, AlgHS256}
+	}
+	for _, a := range c.Algorithms {
+		if a != AlgRS256 && a != AlgES256 && a != AlgHS256 {
+			return fmt.Errorf("jwt: algorithm %q is not supported (RS256, ES256, HS256)", a)
+		}
+	}
+	switch {
+	case c.Leeway == 0:
+		c.Leeway = defaultLeeway
+	case c.Leeway < 0 || c.Leeway > maxLeeway:
+		return fmt.Errorf("jwt: leeway must be between 0 and %s", maxLeeway)
+	}
+	switch {
+	case c.RefreshInterval == 0:
+		c.RefreshInterval = defaultRefresh
+	case c.RefreshInterval < minRefresh || c.RefreshInterval > maxRefresh:
+		return fmt.Errorf("jwt: refreshInterval must be between %s and %s", minRefresh, maxRefresh)
+	}
+	return nil
+}
+
+// staticKeys are the keys of cfg's keys file and secret file.
+func staticKeys(cfg JWTConfig) ([]verifyKey, error) {
+	var static []verifyKey
+	if cfg.KeysFile != "" {
+		data, err := os.ReadFile(cfg.KeysFile)
+		if err != nil {
+			return nil, fmt.Errorf("jwt keys file: %w", err)
+		}
+		keys, err := parseJWKS(data, true)
+		if err != nil {
+			return nil, fmt.Errorf("jwt keys file %s: %w", cfg.KeysFile, err)
+		}
+		static = append(static, keys...)
+	}
+	if cfg.SecretFile != "" {
+		data, err := os.ReadFile(cfg.SecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("jwt secret file: %w", err)
+		}
+		s := bytes.TrimSpace(data)
+		if len(s) < minHMACBytes {
+			return nil, fmt.Errorf("jwt secret file %s: the secret must have at least %d bytes", cfg.SecretFile, minHMACBytes)
+		}
+		static = append(static, verifyKey{kid: cfg.SecretKeyID, alg: AlgHS256, key: s})
+	}
+	return static, nil
+}
+
+// keysClient fetches the keys URL: https only (http only on loopback),
+// redirects included.
+func keysClient() *http.Client {
+	return &http.Client{
+		Timeout: fetchTimeout,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= 5 {
+				return errors.New("too many redirects")
+			}
+			if req.URL.Scheme != "https" && !(req.URL.Scheme == "http" && loopback(req.URL.Hostname())) {
+				return errors.New("redirect away from https refused")
+			}
+			return nil
+		},
+	}
 }
 
 func loopback(host string) bool {

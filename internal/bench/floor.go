@@ -146,7 +146,10 @@ func floorStamp(h nats.Header) (time.Time, int, bool) {
 }
 
 // runFloor passes total events through the parts: as fast as they go
-// (rate 0, one intake entry per event), or paced at rate events/s.
+// (rate 0, one intake entry per event), or paced at rate events/s. It is
+// one pipeline on purpose: its stages (emit, owner, feed, ingest) run as
+// goroutines that share the run's connections, channels and clocks, and
+// read top to bottom in the order an event passes them.
 func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun, error) {
 	ns, err := ejs.Embedded(dir+"/nats", "")
 	if err != nil {

@@ -129,7 +129,10 @@ func (ws *Watchers) Stop() {
 // RunLatency offers rate events/s through EmitStream for d (batches every
 // Tick) while the watchers record, a unary Emit of one event runs every
 // 50 ms alongside, and Query's resourceVersion is polled, then waits until
-// every batch is queryable and every created event delivered.
+// every batch is queryable and every created event delivered. It is one
+// measurement, kept whole: the acknowledgements, the queryable poll, the
+// unary probe and the sender share the send times, the pending batches and
+// out under one lock, so a run's timing reads in one place.
 func RunLatency(ctx context.Context, g *Gateway, ws *Watchers, w *Workload, rate int, d time.Duration) (*Latencies, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -55,7 +55,9 @@ type Noisy struct {
 
 // RunNoisy runs B for d with its watchers, beside A emitting aFactor times
 // its limit (0: B alone); tenants are named after run so that runs do not
-// share series.
+// share series. It is one measurement, kept whole: B's watchers and
+// emitter and A's flood run as goroutines that share res, its lock and the
+// record switch.
 func RunNoisy(ctx context.Context, g *Gateway, run string, aFactor int, d time.Duration) (*Noisy, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -210,7 +212,7 @@ func limitedWithRetry(err error) bool {
 
 // noisy runs the noisy-neighbour section on a gateway of its own (a fresh
 // data directory, NoisyArgs): each run measures B alone, then beside A's
-// flood.
+// flood. It is kept whole: the runs and their report share the samples.
 func (r *runner) noisy(ctx context.Context) {
 	sc := r.cfg.Scale
 	dir := filepath.Join(r.cfg.WorkDir, "noisy")

@@ -105,7 +105,9 @@ func (r *notifyReceiver) stop() {
 // rules measures emit→watch at the latency phase's rate without rules,
 // then with BenchRules rules (a rule set takes seconds to load, so the
 // runs do not alternate), and how soon after its event each notification
-// arrives.
+// arrives. It reads as the section's protocol, kept whole: the runs without
+// and with rules, then the report, sharing the receiver, the watchers and
+// the samples.
 func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 	sc := r.cfg.Scale
 	fail := func(err error) {

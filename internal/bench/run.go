@@ -144,7 +144,10 @@ func (r *runner) logStages(before, after map[string][2]float64) {
 
 func (r *runner) want(section string) bool { return len(r.cfg.Only) == 0 || r.cfg.Only[section] }
 
-// Run runs the whole suite and returns the report.
+// Run runs the whole suite and returns the report. It is the suite's table
+// of contents, kept in one piece: the sections in the order they must run
+// (the store before the gateway starts, the capacity before the latency,
+// the limits on a gateway of their own).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r := &runner{cfg: cfg, start: time.Now()}
 	r.rep = &Report{Scale: cfg.Scale.Name, Commit: cfg.Commit, Machine: machine(), Started: r.start}
@@ -470,6 +473,10 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 	return streamRate
 }
 
+// latency runs the latency section at rate: Runs runs of the NATS fan-out
+// floor and of the gateway, then the report of their percentiles and
+// ratios. It is kept whole: the runs' samples are a dozen slices the report
+// reads.
 func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 	sc := r.cfg.Scale
 	r.logf("latency: %d watchers, %d events/s offered", sc.Watchers, rate)

@@ -168,7 +168,9 @@ func storeInsertSQL(table string, lo, hi, n int, end time.Time) string {
 // (INSERT … SELECT FROM numbers, in chunks of 100,000 events in time order,
 // through the analytics views, as ingest writes them), waits (at most 4 minutes) for the
 // background merges and samples objects, uids and tenants. The schema is
-// created by the store's own migrations.
+// created by the store's own migrations. It is one sequence (open, insert
+// the chunks, wait for the merges, sample), kept whole: the steps share the
+// engine, the store and info.
 func GenerateStore(ctx context.Context, dataDir, lib string, n int, log *slog.Logger) (*StoreInfo, error) {
 	e, err := chdb.Open(chdb.Options{LibPath: lib, DataDir: dataDir})
 	if err != nil {

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/query"
 )
 
@@ -53,13 +53,6 @@ type benchShape struct {
 // generateAnalyticsData writes n events (and their series versions) in
 // time order.
 func generateAnalyticsData(ctx context.Context, s *Store, n int, shape benchShape) error {
-	kinds := []string{"Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "Service",
-		"Ingress", "ConfigMap", "Secret", "Node", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "Namespace",
-		"Certificate", "Gateway", "HTTPRoute", "Workload", "Instance"}
-	quoted := make([]string, len(kinds))
-	for i, k := range kinds {
-		quoted[i] = "'" + k + "'"
-	}
 	bigSQL := "0"
 	if shape.bigTenant {
 		bigSQL = "obj % 2 = 0"
@@ -74,7 +67,7 @@ func generateAnalyticsData(ctx context.Context, s *Store, n int, shape benchShap
 		"cityHash64(n, 'series') % 100 < " + strconv.Itoa(benchSeriesPercent) + " AS is_series",
 		"if(tenant % 10 = 0 OR " + bigSQL + ", 'organization', 'project') AS tt",
 		"if(" + bigSQL + ", 'big', concat('tenant-', toString(tenant))) AS tn",
-		"[" + strings.Join(quoted, ", ") + "][intHash32(obj) % 20 + 1] AS kind",
+		benchKindSQL + "[intHash32(obj) % 20 + 1] AS kind",
 		"concat('ns-', toString(intHash32(obj) % 200 % 10)) AS ns",
 		"concat(lower(kind), '-', toString(obj)) AS rname",
 		fmt.Sprintf("fromUnixTimestamp64Micro(toInt64(%d + n * %d + cityHash64(n) %% %d), 'UTC') AS et", start, step, step),
@@ -113,23 +106,8 @@ func generateAnalyticsData(ctx context.Context, s *Store, n int, shape benchShap
 		values["raw"] = benchRawSQL()
 		values["metadata"] = "map('team', concat('team-', toString(obj % 50)))"
 	}
-	var cols, exprs []string
-	for _, c := range eventColumns {
-		if v, ok := values[c.name]; ok {
-			cols = append(cols, c.name)
-			exprs = append(exprs, v)
-		}
-	}
-	const chunk = 100_000
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
-		sql := "INSERT INTO " + s.events() + " (" + strings.Join(cols, ", ") + ")" +
-			" WITH " + strings.Join(with, ", ") +
-			" SELECT " + strings.Join(exprs, ", ") +
-			fmt.Sprintf(" FROM numbers(%d, %d) ARRAY JOIN if(is_series, [0, 1, 2], [0]) AS v", lo, hi-lo)
-		if err := s.t.exec(ctx, sql, nil); err != nil {
-			return fmt.Errorf("generate rows %d..%d: %w", lo, hi, err)
-		}
+	if err := insertGenerated(ctx, s, with, values, n, 100_000, " ARRAY JOIN if(is_series, [0, 1, 2], [0]) AS v"); err != nil {
+		return err
 	}
 	return s.t.exec(ctx, "CREATE TABLE IF NOT EXISTS "+s.ddl.table("bench_generated")+" ENGINE = MergeTree ORDER BY n AS SELECT toUInt64("+strconv.Itoa(n)+") AS n", nil)
 }
@@ -160,7 +138,7 @@ func setupAnalyticsBench(b *testing.B) {
 		n := benchEvents()
 		cfg := DefaultConfig()
 		cfg.Database = fmt.Sprintf("analytics_bench_%d", n)
-		s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
+		s, err := OpenEngine(ctx, chtest.Engine(b), cfg, chtest.Logger(b))
 		if err != nil {
 			abench.err = err
 			return
@@ -212,23 +190,6 @@ func setupAnalyticsBench(b *testing.B) {
 	}
 }
 
-func logTables(b *testing.B, s *Store) {
-	for _, tbl := range []string{"events", "analytics_events", "series_minute_totals", "event_minutes"} {
-		p := newParams()
-		rs, err := s.t.query(context.Background(), "SELECT toUInt64(count()), toUInt64(sum(rows)), toUInt64(sum(data_compressed_bytes)) "+
-			"FROM system.parts WHERE active AND database = "+p.str(s.cfg.Database)+" AND table = "+p.str(tbl), p.m)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var parts, rows, bytes uint64
-		for rs.Next() {
-			rs.Scan(&parts, &rows, &bytes)
-		}
-		rs.Close()
-		b.Logf("%s: %d rows in %d parts, %.0f MiB compressed", tbl, rows, parts, float64(bytes)/(1<<20))
-	}
-}
-
 // BenchmarkAnalytics measures, on the analytics benchmark store, windows
 // ending at the newest events: Histogram over 24 h grouped by reason (auto
 // bucket: 15 minutes), Top-10 reasons (which also reads the previous 24 h),
@@ -241,7 +202,7 @@ func BenchmarkAnalytics(b *testing.B) {
 	if abench.genTime > 0 {
 		b.Logf("generated %d events (and their series versions) in %v", abench.n, abench.genTime.Round(time.Millisecond))
 	}
-	logTables(b, s)
+	logTables(b, s, "events", "analytics_events", "series_minute_totals", "event_minutes")
 	runAnalyticsBench(b, s, abench.end)
 }
 
@@ -255,7 +216,7 @@ func BenchmarkAnalyticsRecent(b *testing.B) {
 	if err := reinsertRecent(context.Background(), s, abench.end); err != nil {
 		b.Fatal(err)
 	}
-	logTables(b, s)
+	logTables(b, s, "events", "analytics_events", "series_minute_totals", "event_minutes")
 	runAnalyticsBench(b, s, abench.end)
 }
 
@@ -304,7 +265,7 @@ func runAnalyticsBench(b *testing.B, s *Store, end time.Time) {
 			}
 			run := func(name string, f func(query.Analytics) (int64, error)) {
 				b.Run(name+"/"+w.name+"/"+sc.name, func(b *testing.B) {
-					var lat latencies
+					var lat chtest.Latencies
 					var total int64
 					for i := 0; i < b.N; i++ {
 						aq := q()
@@ -319,7 +280,7 @@ func runAnalyticsBench(b *testing.B, s *Store, end time.Time) {
 					if total == 0 {
 						b.Fatal("no occurrences counted")
 					}
-					lat.report(b)
+					lat.Report(b)
 				})
 			}
 			run("HistogramByReason", func(aq query.Analytics) (int64, error) {

@@ -13,6 +13,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/query"
 )
 
@@ -23,10 +24,10 @@ var analyticsT0 = time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
 // at0 is analyticsT0 + d.
 func at0(d time.Duration) time.Time { return analyticsT0.Add(d) }
 
-func mins(kv ...any) []SeriesMinute {
-	var out []SeriesMinute
+func mins(kv ...any) []wire.Minute {
+	var out []wire.Minute
 	for i := 0; i < len(kv); i += 2 {
-		out = append(out, SeriesMinute{Start: at0(kv[i].(time.Duration)), Count: uint32(kv[i+1].(int))})
+		out = append(out, wire.Minute{Start: at0(kv[i].(time.Duration)), Count: uint32(kv[i+1].(int))})
 	}
 	return out
 }
@@ -47,7 +48,7 @@ func (a aev) event() *eventgatev1.Event {
 }
 
 // version is a's event at a series version (count 0: a singleton).
-func (a aev) version(seq uint64, count int32, last time.Duration, state string, m []SeriesMinute) Row {
+func (a aev) version(seq uint64, count int32, last time.Duration, state string, m []wire.Minute) Row {
 	ev := a.event()
 	if count > 0 {
 		ev.Series = &eventgatev1.EventSeries{Count: count, LastObservedTime: timestamppb.New(at0(last)), State: state}

@@ -1,21 +1,19 @@
 package clickhouse
 
 import (
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"context"
 	"fmt"
-	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/event"
-	"github.com/eventgate/eventgate/internal/query"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
+	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/query"
 )
 
 // The benchmark store: EVENTGATE_BENCH_EVENTS events (default 10,000,000)
@@ -81,14 +79,55 @@ func pbVarintSQL(field int, expr string) string {
 	return fmt.Sprintf("concat(char(%d), %s)", field<<3, varintSQL(expr))
 }
 
-func generateBenchData(ctx context.Context, s *Store, n int) error {
-	kinds := []string{"Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "Service",
-		"Ingress", "ConfigMap", "Secret", "Node", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "Namespace",
-		"Certificate", "Gateway", "HTTPRoute", "Workload", "Instance"}
-	quoted := make([]string, len(kinds))
-	for i, k := range kinds {
-		quoted[i] = "'" + k + "'"
+// benchKindSQL is an array of the 20 kinds the generated events regard.
+const benchKindSQL = "['Pod', 'Deployment', 'ReplicaSet', 'StatefulSet', 'DaemonSet', 'Job', 'CronJob', 'Service', " +
+	"'Ingress', 'ConfigMap', 'Secret', 'Node', 'PersistentVolumeClaim', 'HorizontalPodAutoscaler', 'Namespace', " +
+	"'Certificate', 'Gateway', 'HTTPRoute', 'Workload', 'Instance']"
+
+// insertGenerated inserts rows n numbers generate into s's events table,
+// chunk numbers at a time: with are the derived columns (WITH), values the
+// event columns' expressions, suffix what follows FROM numbers (an ARRAY
+// JOIN).
+func insertGenerated(ctx context.Context, s *Store, with []string, values map[string]string, n, chunk int, suffix string) error {
+	var cols, exprs []string
+	for _, c := range eventColumns {
+		if v, ok := values[c.name]; ok {
+			cols = append(cols, c.name)
+			exprs = append(exprs, v)
+		}
 	}
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		sql := "INSERT INTO " + s.events() + " (" + strings.Join(cols, ", ") + ")" +
+			" WITH " + strings.Join(with, ", ") +
+			" SELECT " + strings.Join(exprs, ", ") +
+			fmt.Sprintf(" FROM numbers(%d, %d)", lo, hi-lo) + suffix
+		if err := s.t.exec(ctx, sql, nil); err != nil {
+			return fmt.Errorf("generate rows %d..%d: %w", lo, hi, err)
+		}
+	}
+	return nil
+}
+
+// logTables logs the rows, parts and compressed size of each table of s.
+func logTables(b *testing.B, s *Store, tables ...string) {
+	for _, tbl := range tables {
+		p := newParams()
+		rs, err := s.t.query(context.Background(), "SELECT toUInt64(count()), toUInt64(sum(rows)), toUInt64(sum(data_compressed_bytes)) "+
+			"FROM system.parts WHERE active AND database = "+p.str(s.cfg.Database)+" AND table = "+p.str(tbl), p.m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var parts, rows, bytes uint64
+		for rs.Next() {
+			rs.Scan(&parts, &rows, &bytes)
+		}
+		rs.Close()
+		b.Logf("%s: %d rows in %d parts, %.1f MiB compressed", tbl, rows, parts, float64(bytes)/(1<<20))
+	}
+}
+
+func generateBenchData(ctx context.Context, s *Store, n int) error {
 	// Derived columns first (WITH), then the row.
 	with := []string{
 		"number AS n",
@@ -96,7 +135,7 @@ func generateBenchData(ctx context.Context, s *Store, n int) error {
 		"obj % 1000 AS tenant",
 		"if(tenant % 10 = 0, 'organization', 'project') AS tt",
 		"concat('tenant-', toString(tenant)) AS tn",
-		"[" + strings.Join(quoted, ", ") + "][intHash32(obj) % 20 + 1] AS kind",
+		benchKindSQL + "[intHash32(obj) % 20 + 1] AS kind",
 		"concat('ns-', toString(intHash32(obj) % 200 % 10)) AS ns",
 		"concat(lower(kind), '-', toString(obj)) AS rname",
 		fmt.Sprintf("fromUnixTimestamp64Micro(toInt64(%d), 'UTC') + toIntervalMicrosecond(intDiv(n * %d, %d) + cityHash64(n) %% 1000000) AS et",
@@ -121,27 +160,9 @@ func generateBenchData(ctx context.Context, s *Store, n int) error {
 		"subject":   "concat('events.', tt, '.', tn, '.core_', kind, '.', ns, '.', rname)",
 		"stored_at": "et", "ttl_seconds": strconv.Itoa(int(ttlSeconds(DefaultTTL))), "raw": raw,
 	}
-	var cols, exprs []string
-	for _, c := range eventColumns {
-		if v, ok := values[c.name]; ok {
-			cols = append(cols, c.name)
-			exprs = append(exprs, v)
-		}
-	}
 	// In chunks, as ingest would write them (parts then merge in the
 	// background).
-	const chunk = 1_000_000
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
-		sql := "INSERT INTO " + s.events() + " (" + strings.Join(cols, ", ") + ")" +
-			" WITH " + strings.Join(with, ", ") +
-			" SELECT " + strings.Join(exprs, ", ") +
-			fmt.Sprintf(" FROM numbers(%d, %d)", lo, hi-lo)
-		if err := s.t.exec(ctx, sql, nil); err != nil {
-			return fmt.Errorf("generate rows %d..%d: %w", lo, hi, err)
-		}
-	}
-	return nil
+	return insertGenerated(ctx, s, with, values, n, 1_000_000, "")
 }
 
 // benchRawSQL is a protobuf Event built in SQL from the aliases u, ename,
@@ -165,7 +186,7 @@ func setupBench(b *testing.B) {
 		n := benchEvents()
 		cfg := DefaultConfig()
 		cfg.Database = fmt.Sprintf("bench_%d", n)
-		s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
+		s, err := OpenEngine(ctx, chtest.Engine(b), cfg, chtest.Logger(b))
 		if err != nil {
 			bench.err = err
 			return
@@ -232,23 +253,6 @@ func setupBench(b *testing.B) {
 	}
 }
 
-// latencies records per-call latencies and reports p50/p99.
-type latencies []time.Duration
-
-func (l latencies) report(b *testing.B) {
-	if len(l) == 0 {
-		return
-	}
-	slices.Sort(l)
-	q := func(p float64) float64 {
-		i := int(p * float64(len(l)-1))
-		return float64(l[i]) / float64(time.Millisecond)
-	}
-	b.ReportMetric(q(0.50), "p50_ms")
-	b.ReportMetric(q(0.99), "p99_ms")
-	b.ReportMetric(0, "ns/op")
-}
-
 // BenchmarkStore measures, on the benchmark store, the newest 100 events of
 // one object (Query) and Get by uid, each iteration on another object or
 // uid (the query condition cache is on by default).
@@ -274,7 +278,7 @@ func BenchmarkStore(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 
 	b.Run("QueryObjectNewest100", func(b *testing.B) {
-		var lat latencies
+		var lat chtest.Latencies
 		for i := 0; i < b.N; i++ {
 			o := bench.objects[rng.IntN(len(bench.objects))]
 			q := query.List{
@@ -294,10 +298,10 @@ func BenchmarkStore(b *testing.B) {
 				b.Fatalf("no events for %+v", o)
 			}
 		}
-		lat.report(b)
+		lat.Report(b)
 	})
 	b.Run("GetByUID", func(b *testing.B) {
-		var lat latencies
+		var lat chtest.Latencies
 		for i := 0; i < b.N; i++ {
 			u := bench.uids[rng.IntN(len(bench.uids))]
 			start := time.Now()
@@ -307,10 +311,10 @@ func BenchmarkStore(b *testing.B) {
 				b.Fatalf("get %s: %v %v", u.uid, ev, err)
 			}
 		}
-		lat.report(b)
+		lat.Report(b)
 	})
 	b.Run("GetByUIDAllTenants", func(b *testing.B) {
-		var lat latencies
+		var lat chtest.Latencies
 		for i := 0; i < b.N; i++ {
 			u := bench.uids[rng.IntN(len(bench.uids))]
 			start := time.Now()
@@ -320,10 +324,10 @@ func BenchmarkStore(b *testing.B) {
 				b.Fatalf("get %s: %v %v", u.uid, ev, err)
 			}
 		}
-		lat.report(b)
+		lat.Report(b)
 	})
 	b.Run("QueryAllTenantsNewest100", func(b *testing.B) {
-		var lat latencies
+		var lat chtest.Latencies
 		for i := 0; i < b.N; i++ {
 			start := time.Now()
 			p, err := s.Query(ctx, query.List{Scope: all, PageSize: 100}, rv-uint64(rng.IntN(1000)))
@@ -332,10 +336,10 @@ func BenchmarkStore(b *testing.B) {
 				b.Fatalf("query all: %d events, %v", len(p.Events), err)
 			}
 		}
-		lat.report(b)
+		lat.Report(b)
 	})
 	b.Run("QueryTenantNewest100", func(b *testing.B) {
-		var lat latencies
+		var lat chtest.Latencies
 		for i := 0; i < b.N; i++ {
 			o := bench.objects[rng.IntN(len(bench.objects))]
 			start := time.Now()
@@ -345,48 +349,23 @@ func BenchmarkStore(b *testing.B) {
 				b.Fatalf("query tenant %v: %d events, %v", o.tenant, len(p.Events), err)
 			}
 		}
-		lat.report(b)
+		lat.Report(b)
 	})
-}
-
-// realisticEvent is a ~600-byte event of one of `tenants` tenants.
-func realisticEvent(i, tenants int, at time.Time) *eventgatev1.Event {
-	obj := i % 10_000
-	ns := fmt.Sprintf("ns-%d", obj%10)
-	name := fmt.Sprintf("api-%d-7d4f8b9c5-x%04d", obj, i%7919)
-	return &eventgatev1.Event{
-		Uid:                 fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i, i*7919),
-		Name:                name + fmt.Sprintf(".%016x", i),
-		Namespace:           ns,
-		EventTime:           timestamppb.New(at.Add(time.Duration(i) * time.Millisecond).Truncate(time.Microsecond)),
-		Series:              &eventgatev1.EventSeries{Count: int32(i%5 + 1), LastObservedTime: timestamppb.New(at.Truncate(time.Microsecond)), State: "Ongoing"},
-		ReportingController: "example.com/payment-operator", ReportingInstance: fmt.Sprintf("payment-operator-%d", i%20),
-		Action: "Reconcile", Reason: fmt.Sprintf("Reason%d", i%50), Type: "Warning",
-		Regarding: &eventgatev1.ObjectReference{ApiVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: name,
-			Uid: fmt.Sprintf("%08x-0000-4000-8000-%012x", obj, obj), ResourceVersion: "123456"},
-		Related: &eventgatev1.ObjectReference{ApiVersion: "v1", Kind: "Pod", Namespace: ns, Name: name + "-pod"},
-		Note: "Back-off restarting failed container payment in pod " + name + ": exit code 137 (OOMKilled); " +
-			"memory limit 512Mi exceeded while processing the settlement batch, retrying in 40s",
-		Tenant:      &eventgatev1.Tenant{Type: "project", Name: fmt.Sprintf("tenant-%d", i%tenants)},
-		Labels:      map[string]string{"app": "payment", "tier": "backend", "team": fmt.Sprintf("team-%d", obj%30)},
-		Annotations: map[string]string{"example.com/trace-id": fmt.Sprintf("%032x", i)},
-		Metadata:    map[string]string{"revision": "v1.42.0"},
-	}
 }
 
 // BenchmarkInsert measures Store.Insert throughput (rows/s) of ~600-byte
 // events from 1,000 tenants per batch size and transport: what the ingest
 // batch size was chosen from.
 func BenchmarkInsert(b *testing.B) {
-	for _, tc := range transports {
+	for _, tr := range chtest.Transports {
 		for _, size := range []int{100, 1000, 5000, 10000, 20000} {
-			b.Run(fmt.Sprintf("%s/batch=%d", tc.name, size), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/batch=%d", tr.Name, size), func(b *testing.B) {
 				cfg := DefaultConfig()
-				cfg.Database = testDatabase(b)
-				s := tc.open(b, cfg)
+				cfg.Database = chtest.Database(b)
+				s := openStore(b, tr, cfg)
 				defer func() {
 					s.Close()
-					engine(b).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
+					chtest.Engine(b).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
 				}()
 				at := time.Now().Add(-time.Hour)
 				batches := make([][]Row, 4)
@@ -394,7 +373,7 @@ func BenchmarkInsert(b *testing.B) {
 					batches[j] = make([]Row, size)
 					for i := range batches[j] {
 						n := j*size + i
-						ev := realisticEvent(n, 1000, at)
+						ev := chtest.RealisticEvent(n, 1000, at)
 						raw, _ := event.Marshal(ev)
 						batches[j][i] = Row{Seq: uint64(n + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: at, Raw: raw}
 					}

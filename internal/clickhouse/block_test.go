@@ -16,7 +16,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 )
 
 // encodeNativeRows is how the chDB transport encoded a batch before
@@ -116,8 +118,8 @@ func roundTripRows() []Row {
 	rows[0].WriteReason = "new"
 	rows[0].Raw = []byte("raw as published\n\n\x00\xff")
 	rows[1].WriteReason = "series-update"
-	rows[1].Minutes = []SeriesMinute{{Start: t0.Add(-2 * time.Minute), Count: 3}, {Start: t0.Add(-time.Minute + 5*time.Second), Count: 4294967295}, {Start: t0, Count: 0}}
-	rows[3].Minutes = []SeriesMinute{{Start: time.Unix(-60, 0), Count: 1}, {Start: t0, Count: 1}}
+	rows[1].Minutes = []wire.Minute{{Start: t0.Add(-2 * time.Minute), Count: 3}, {Start: t0.Add(-time.Minute + 5*time.Second), Count: 4294967295}, {Start: t0, Count: 0}}
+	rows[3].Minutes = []wire.Minute{{Start: time.Unix(-60, 0), Count: 1}, {Start: t0, Count: 1}}
 	rows[4].StoredAt = time.Time{}
 	return rows
 }
@@ -156,7 +158,7 @@ func TestNativeInsertRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := engine(t).InsertFile(ctx, s.cfg.Database+".events_old", eventColumnNames, "Native", native); err != nil {
+		if err := chtest.Engine(t).InsertFile(ctx, s.cfg.Database+".events_old", eventColumnNames, "Native", native); err != nil {
 			t.Fatal(err)
 		}
 		old := selectEvents(t, s, "events_old")
@@ -289,10 +291,10 @@ func encodeBenchRows(n int) []Row {
 	at := time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
 	rows := make([]Row, n)
 	for i := range rows {
-		ev := realisticEvent(i, 1000, at)
+		ev := chtest.RealisticEvent(i, 1000, at)
 		raw, _ := event.Marshal(ev)
 		rows[i] = Row{Seq: uint64(i + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: at, Raw: raw,
-			WriteReason: "new", Minutes: []SeriesMinute{{Start: at, Count: 1}}}
+			WriteReason: "new", Minutes: []wire.Minute{{Start: at, Count: 1}}}
 	}
 	return rows
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/query"
 )
 
@@ -39,7 +40,7 @@ func setupDashboardBench(b *testing.B) {
 		cfg := DefaultConfig()
 		cfg.Database = fmt.Sprintf("dashboard_bench_%d", n)
 		cfg.RollupInterval = 0
-		s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
+		s, err := OpenEngine(ctx, chtest.Engine(b), cfg, chtest.Logger(b))
 		if err != nil {
 			dbench.err = err
 			return
@@ -98,23 +99,6 @@ func setupDashboardBench(b *testing.B) {
 	}
 }
 
-func logDashboardTables(b *testing.B, s *Store) {
-	for _, tbl := range []string{"events", "analytics_events", "series_minute_totals", "event_minutes", "analytics_hours", "rollup_marks"} {
-		p := newParams()
-		rs, err := s.t.query(context.Background(), "SELECT toUInt64(count()), toUInt64(sum(rows)), toUInt64(sum(data_compressed_bytes)) "+
-			"FROM system.parts WHERE active AND database = "+p.str(s.cfg.Database)+" AND table = "+p.str(tbl), p.m)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var parts, rows, bytes uint64
-		for rs.Next() {
-			rs.Scan(&parts, &rows, &bytes)
-		}
-		rs.Close()
-		b.Logf("%s: %d rows in %d parts, %.1f MiB compressed", tbl, rows, parts, float64(bytes)/(1<<20))
-	}
-}
-
 // BenchmarkDashboard measures the reads a dashboard makes first, on the
 // dashboard store: the newest 100 events of the large tenant and of every
 // tenant (plain, with a type or kind filter, in the last hour), each read
@@ -132,7 +116,7 @@ func BenchmarkDashboard(b *testing.B) {
 	if dbench.rollupHours > 0 {
 		b.Logf("rolled up %d hours in %v", dbench.rollupHours, dbench.rollupTime.Round(time.Millisecond))
 	}
-	logDashboardTables(b, s)
+	logTables(b, s, "events", "analytics_events", "series_minute_totals", "event_minutes", "analytics_hours", "rollup_marks")
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(5, 6))
 	// A first page is read at the store's ingest floor: every stored version
@@ -162,7 +146,7 @@ func BenchmarkDashboard(b *testing.B) {
 			b.Run("Newest100/"+l.name+"/"+layout, func(b *testing.B) {
 				s.eventsOnly = layout == "events"
 				defer func() { s.eventsOnly = false }()
-				var lat latencies
+				var lat chtest.Latencies
 				for i := 0; i < b.N; i++ {
 					q := query.List{Scope: l.scope, PageSize: 100}
 					if l.f != nil {
@@ -178,7 +162,7 @@ func BenchmarkDashboard(b *testing.B) {
 						b.Fatalf("%d events, %v", len(p.Events), err)
 					}
 				}
-				lat.report(b)
+				lat.Report(b)
 			})
 		}
 	}
@@ -204,7 +188,7 @@ func runDashboardAnalytics(b *testing.B, s *Store) {
 					b.Run(name+"/"+w.name+"/"+scName+"/"+layout, func(b *testing.B) {
 						s.noRollup = layout == "minutes"
 						defer func() { s.noRollup = false }()
-						var lat latencies
+						var lat chtest.Latencies
 						for i := 0; i < b.N; i++ {
 							aq := q()
 							start := time.Now()
@@ -214,7 +198,7 @@ func runDashboardAnalytics(b *testing.B, s *Store) {
 								b.Fatalf("%d occurrences, %v", n, err)
 							}
 						}
-						lat.report(b)
+						lat.Report(b)
 					})
 				}
 			}

@@ -2,127 +2,44 @@ package clickhouse
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"regexp"
-	"strings"
-	"sync/atomic"
 	"testing"
 
-	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
-	"github.com/eventgate/eventgate/internal/clickhouse/chdbhttp"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 )
-
-// One process can open one chDB storage path: the whole test binary shares
-// one engine, and tests are isolated by database.
-var (
-	testEngine  *chdb.Engine
-	testOpenErr error
-	testDataDir string
-)
-
-// EnvTestDataDir, when set, is the engine's data directory for this test
-// binary, kept afterwards: the benchmark store is then generated once and
-// reused by later runs.
-const EnvTestDataDir = "EVENTGATE_TEST_CHDB_DIR"
 
 func TestMain(m *testing.M) {
-	dir, keep := os.Getenv(EnvTestDataDir), true
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "eventgate-clickhouse-test-"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		keep = false
-	}
-	testDataDir = dir
-	testEngine, testOpenErr = chdb.Open(chdb.Options{DataDir: dir, PoolSize: 6})
-	code := m.Run()
-	if testEngine != nil {
-		testEngine.Close()
-	}
-	if !keep {
-		os.RemoveAll(dir)
-	}
-	os.Exit(code)
+	os.Exit(chtest.Main(m, "eventgate-clickhouse-test-"))
 }
 
-func engine(t testing.TB) *chdb.Engine {
+// openStore opens a store with cfg over tr.
+func openStore(t testing.TB, tr chtest.Transport, cfg Config) *Store {
 	t.Helper()
-	if testOpenErr != nil {
-		if errors.Is(testOpenErr, chdb.ErrLibraryNotFound) {
-			t.Fatalf("%v\nrun: bash scripts/fetch-chdb.sh (from the repository root)", testOpenErr)
-		}
-		t.Fatalf("open chDB: %v", testOpenErr)
+	var s *Store
+	var err error
+	if tr.DSN == nil {
+		s, err = OpenEngine(context.Background(), chtest.Engine(t), cfg, chtest.Logger(t))
+	} else {
+		cfg.DSN = tr.DSN(t)
+		s, err = Open(context.Background(), cfg, chtest.Logger(t))
 	}
-	return testEngine
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-var dbSeq atomic.Int64
-
-var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
-
-// testDatabase returns a database name unique to this test.
-func testDatabase(t testing.TB) string {
-	name := nonIdent.ReplaceAllString(strings.ToLower(t.Name()), "_")
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	return fmt.Sprintf("t%d_%s", dbSeq.Add(1), name)
-}
-
-// transportCase opens a store over one transport.
-type transportCase struct {
-	name string
-	open func(t testing.TB, cfg Config) *Store
-}
-
-// transports are the two ways the store reaches the real engine: directly
-// (embedded chDB) and through clickhouse-go/v2 over HTTP to the chdbhttp
-// fixture serving the same engine.
-var transports = []transportCase{
-	{"chdb", func(t testing.TB, cfg Config) *Store {
-		t.Helper()
-		s, err := OpenEngine(context.Background(), engine(t), cfg, testLogger(t))
-		if err != nil {
-			t.Fatalf("open store: %v", err)
-		}
-		return s
-	}},
-	{"clickhouse-go-http", func(t testing.TB, cfg Config) *Store {
-		t.Helper()
-		addr := chdbhttp.Start(t, engine(t))
-		cfg.DSN = "http://" + addr
-		s, err := Open(context.Background(), cfg, testLogger(t))
-		if err != nil {
-			t.Fatalf("open store: %v", err)
-		}
-		return s
-	}},
+	return s
 }
 
 // eachTransport runs f once per transport, each with its own database.
 func eachTransport(t *testing.T, f func(t *testing.T, open func(cfg Config) *Store)) {
-	for _, tc := range transports {
-		t.Run(tc.name, func(t *testing.T) {
-			db := testDatabase(t)
+	for _, tr := range chtest.Transports {
+		t.Run(tr.Name, func(t *testing.T) {
+			db := chtest.Database(t)
 			var stores []*Store
 			open := func(cfg Config) *Store {
 				if cfg.Database == "" {
 					cfg.Database = db
 				}
-				s := tc.open(t, cfg)
+				s := openStore(t, tr, cfg)
 				stores = append(stores, s)
 				return s
 			}
@@ -130,7 +47,7 @@ func eachTransport(t *testing.T, f func(t *testing.T, open func(cfg Config) *Sto
 				for _, s := range stores {
 					s.Close()
 				}
-				engine(t).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(db))
+				chtest.Engine(t).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(db))
 			})
 			f(t, open)
 		})

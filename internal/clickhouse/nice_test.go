@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/query"
 )
@@ -81,15 +82,15 @@ func (e *encoderTransport) encode(b *eventBatch) error {
 func TestWriterNice(t *testing.T) {
 	const nice = 7 // not the default, and not a value anything else uses
 	cfg := DefaultConfig()
-	cfg.Database = testDatabase(t)
+	cfg.Database = chtest.Database(t)
 	cfg.IngestNice = nice
-	s, err := OpenEngine(context.Background(), engine(t), cfg, testLogger(t))
+	s, err := OpenEngine(context.Background(), chtest.Engine(t), cfg, chtest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		s.Close()
-		engine(t).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
+		chtest.Engine(t).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
 	})
 	if before := threadsWithNice(t, nice); len(before) > 0 {
 		t.Fatalf("threads at nice %d before the writer: %v", nice, before)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/query"
 )
 
@@ -256,12 +257,12 @@ func TestRollupEligible(t *testing.T) {
 // when the store is closed.
 func TestRollupLoopEndsOnClose(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Database, cfg.RollupInterval = testDatabase(t), 10*time.Millisecond
-	s, err := OpenEngine(context.Background(), engine(t), cfg, testLogger(t))
+	cfg.Database, cfg.RollupInterval = chtest.Database(t), 10*time.Millisecond
+	s, err := OpenEngine(context.Background(), chtest.Engine(t), cfg, chtest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer engine(t).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
+	defer chtest.Engine(t).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
 	if err := s.Insert(context.Background(), rollupRows()[0]); err != nil {
 		t.Fatal(err)
 	}

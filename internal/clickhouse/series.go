@@ -147,7 +147,15 @@ func (s *Store) addSeriesMinutes(ctx context.Context, out *query.SeriesList, pl 
 	if err := rs.Err(); err != nil {
 		return fmt.Errorf("clickhouse: series minutes: %w", err)
 	}
-	// The occurrences counted at eventTime join the minute of eventTime.
+	addUnrecorded(out, index, recorded, since, until)
+	return nil
+}
+
+// addUnrecorded sorts each series' minutes, adds the occurrences no minute
+// records (its count less recorded[k], its minutes' total over every
+// version) to the minute of its eventTime when that is in [since, until),
+// and sums its WindowCount.
+func addUnrecorded(out *query.SeriesList, index map[seriesKey]int, recorded map[seriesKey]int64, since, until time.Time) {
 	for k, i := range index {
 		e := &out.Series[i]
 		slices.SortFunc(e.Minutes, func(a, b query.MinutePoint) int { return a.Minute.Compare(b.Minute) })
@@ -164,5 +172,4 @@ func (s *Store) addSeriesMinutes(ctx context.Context, out *query.SeriesList, pl 
 			e.WindowCount += p.Count
 		}
 	}
-	return nil
 }

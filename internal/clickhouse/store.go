@@ -16,29 +16,8 @@
 // never as SQL text; only identifiers from the configuration (database,
 // cluster), validated first, are spliced into DDL.
 //
-// # Versions and consistency
-//
-// A row is one version of an event, identified by its stream sequence (seq,
-// the event's resourceVersion). The same uid is stored several times over its
-// life (series updates are new stream messages with the same uid and a
-// higher seq) and a message may be inserted twice after a redelivery (same
-// seq). The table is a ReplacingMergeTree(seq) whose sort key ends with
-// (uid, seq): merges drop redelivered copies but keep every version, because
-// folding versions could replace, in the middle of a listing, the version a
-// listing pinned at rv reads by one newer than rv. Queries never rely on
-// merges: they read `seq <= rv` ordered by (event_time, uid, tenant, seq
-// DESC), where the versions of an event are adjacent (its event_time never
-// changes), and keep the first row of each (tenant, uid), so each event is
-// returned once, at its latest version not newer than rv. Filters are
-// evaluated on each version (the latest version that matches is returned);
-// the fields a series update changes (series, note) are not filterable.
-//
-// List then watch: the service passes the ingest consumer's ack floor as rv
-// (every seq <= rv is committed), and the page token pins it, so the pages
-// of one listing read one snapshot — no skips or repeats under concurrent
-// ingest — and a watch from Page.ResourceVersion continues it exactly.
-// Get returns the latest stored version. A uid is unique per tenant: the
-// same uid in two tenants is two events.
+// How versions of an event are stored and read (one snapshot per listing,
+// continued exactly by a watch) is described in docs/design/store.md.
 package clickhouse
 
 import (

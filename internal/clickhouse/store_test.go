@@ -17,6 +17,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/query"
 )
@@ -133,8 +134,8 @@ func TestMigrationsIdempotent(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
-	engine(t)
-	_, err := Open(context.Background(), Config{ChDBLib: "/nonexistent/libchdb.so", DataDir: testDataDir}, nil)
+	chtest.Engine(t)
+	_, err := Open(context.Background(), Config{ChDBLib: "/nonexistent/libchdb.so", DataDir: chtest.DataDir()}, nil)
 	if !errors.Is(err, chdb.ErrLibraryNotFound) {
 		t.Fatalf("missing library: %v", err)
 	}
@@ -152,7 +153,7 @@ func TestOpenErrors(t *testing.T) {
 		{TenantTTL: map[string]time.Duration{"project/a": 0}},
 		{TTL: -time.Hour},
 	} {
-		if _, err := OpenEngine(context.Background(), engine(t), cfg, nil); err == nil {
+		if _, err := OpenEngine(context.Background(), chtest.Engine(t), cfg, nil); err == nil {
 			t.Errorf("config %+v accepted", cfg)
 		}
 	}

@@ -55,13 +55,9 @@ func (w *Writer) Close() {
 	}
 }
 
-// SeriesMinute is the occurrences a write adds in one minute, as the
-// events stream's HeaderSeriesMinutes carries it.
-type SeriesMinute = wire.Minute
-
 // minuteColumns are the events columns minutes and minute_counts of ms:
 // two arrays in step (the analytics view ARRAY JOINs them).
-func minuteColumns(ms []SeriesMinute) ([]time.Time, []uint32) {
+func minuteColumns(ms []wire.Minute) ([]time.Time, []uint32) {
 	starts, counts := make([]time.Time, 0, len(ms)), make([]uint32, 0, len(ms))
 	for _, m := range ms {
 		if m.Count == 0 || m.Start.Before(zeroTime) {

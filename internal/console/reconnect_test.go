@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/eventgate/eventgate/internal/gateway/config"
+	"github.com/eventgate/eventgate/internal/natstest"
 )
 
 // TestTailReconnectsAfterDropAndRelistsOn410 restarts the gateway under an
@@ -105,15 +104,8 @@ func freeAddr(t *testing.T) string {
 // in time: a watch from an earlier resourceVersion is then too old.
 func purgeStream(t *testing.T, addr string) {
 	t.Helper()
-	nc, err := nats.Connect("nats://" + addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Connect(t, "nats://"+addr)
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, config.Default().NATS.Stream)

@@ -148,6 +148,26 @@ func (n Normalizer) Normalize(ev *eventgatev1.Event, def *eventgatev1.Tenant, id
 		bad("type", "must be one of %s, got %q", strings.Join(n.Limits.Types, ", "), ev.Type)
 	}
 
+	normalizeTimes(ev, now, bad)
+
+	checkMap(ev.Labels, "labels", bad)
+	checkMap(ev.Annotations, "annotations", bad)
+	checkMap(ev.Metadata, "metadata", bad)
+
+	normalizeIdentity(ev, idemKey, field, bad)
+	ev.ResourceVersion = ""
+
+	if len(vs) == 0 {
+		if s := SubjectOf(ev); len(s) > MaxSubjectBytes {
+			bad("regarding", "tenant, kind, namespace and name together encode to a %d-byte subject, more than %d", len(s), MaxSubjectBytes)
+		}
+	}
+	return vs
+}
+
+// normalizeTimes checks ev's event time (now when unset) and its series,
+// and truncates their times to microseconds (Kubernetes MicroTime).
+func normalizeTimes(ev *eventgatev1.Event, now func() time.Time, bad func(string, string, ...any)) {
 	if ev.EventTime == nil {
 		ev.EventTime = timestamppb.New(now())
 	} else if err := checkTime(ev.EventTime); err != nil {
@@ -172,11 +192,12 @@ func (n Normalizer) Normalize(ev *eventgatev1.Event, def *eventgatev1.Tenant, id
 			}
 		}
 	}
+}
 
-	checkMap(ev.Labels, "labels", bad)
-	checkMap(ev.Annotations, "annotations", bad)
-	checkMap(ev.Metadata, "metadata", bad)
-
+// normalizeIdentity checks ev's uid and name, and fills them when unset:
+// the uid derived from idemKey (with the tenant and field) when given, else
+// random; the name from the regarding object's and the uid.
+func normalizeIdentity(ev *eventgatev1.Event, idemKey, field string, bad func(string, string, ...any)) {
 	if ev.Uid != "" {
 		checkPathSegment(ev.Uid, "uid", bad)
 	}
@@ -199,14 +220,6 @@ func (n Normalizer) Normalize(ev *eventgatev1.Event, def *eventgatev1.Tenant, id
 		ev.Name = pathSafe(ev.Regarding.Name) + "." + suffix
 	}
 	checkString(ev.Name, "name", maxNameField+17, bad)
-	ev.ResourceVersion = ""
-
-	if len(vs) == 0 {
-		if s := SubjectOf(ev); len(s) > MaxSubjectBytes {
-			bad("regarding", "tenant, kind, namespace and name together encode to a %d-byte subject, more than %d", len(s), MaxSubjectBytes)
-		}
-	}
-	return vs
 }
 
 // Event times must fall in [MinTime, MaxTime): the range every store of an

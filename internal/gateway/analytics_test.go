@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -30,9 +29,8 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/gen/openapiv2"
 	"github.com/eventgate/eventgate/internal/authz"
-	"github.com/eventgate/eventgate/internal/clickhouse"
-	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/gateway/config"
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/jetstream/wire"
 )
 
@@ -109,21 +107,13 @@ type anaWrite struct {
 	minutes map[int]uint32 // minute offset from anaT0 → occurrences
 }
 
-// publishEventsMessage publishes an events message with the intake's
-// headers, as the intake does, and returns its stream sequence.
-func publishEventsMessage(t testing.TB, tg *testGateway, ev *eventgatev1.Event, reason string, minutes []clickhouse.SeriesMinute) uint64 {
+// publishEventsMessage publishes the events message the intake would
+// write (its headers included) and returns its stream sequence.
+func publishEventsMessage(t testing.TB, tg *testGateway, ev *eventgatev1.Event, reason string, minutes []wire.Minute) uint64 {
 	t.Helper()
-	b, err := event.Marshal(ev)
+	m, err := ejs.Msg(wire.Write{Event: ev, Reason: reason, Minutes: minutes})
 	if err != nil {
 		t.Fatal(err)
-	}
-	m := nats.NewMsg(event.SubjectOf(ev))
-	m.Data = b
-	if reason != "" {
-		m.Header.Set(wire.HeaderWriteReason, reason)
-	}
-	if len(minutes) > 0 {
-		m.Header.Set(wire.HeaderSeriesMinutes, wire.FormatMinutes(minutes))
 	}
 	ack, err := tg.js.PublishMsg(context.Background(), m)
 	if err != nil {
@@ -137,11 +127,11 @@ func (w anaWrite) publish(t testing.TB, tg *testGateway) uint64 {
 	if w.count > 0 {
 		ev.Series = &eventgatev1.EventSeries{Count: w.count, LastObservedTime: anaAt(w.last), State: w.state}
 	}
-	var ms []clickhouse.SeriesMinute
+	var ms []wire.Minute
 	for off, n := range w.minutes {
-		ms = append(ms, clickhouse.SeriesMinute{Start: anaT0.Add(time.Duration(off) * time.Minute), Count: n})
+		ms = append(ms, wire.Minute{Start: anaT0.Add(time.Duration(off) * time.Minute), Count: n})
 	}
-	slices.SortFunc(ms, func(a, b clickhouse.SeriesMinute) int { return a.Start.Compare(b.Start) })
+	slices.SortFunc(ms, func(a, b wire.Minute) int { return a.Start.Compare(b.Start) })
 	return publishEventsMessage(t, tg, ev, w.reason, ms)
 }
 

@@ -66,58 +66,60 @@ func offsetOf(body []byte, line, col int) int {
 	return off
 }
 
+// jsonFrame is an object or a list fieldAt is in.
+type jsonFrame struct {
+	array   bool
+	idx     int
+	key     string // the last key read, in an object
+	wantKey bool
+	md      protoreflect.MessageDescriptor // the message this object is, if known
+	isMap   bool                           // this object is a map field's value
+	path    string                         // of this object or list
+}
+
+// child is the path and descriptor of the value about to be read in f
+// (after its key, or as its next element).
+func (f *jsonFrame) child() (path string, md protoreflect.MessageDescriptor, isMap, isList bool) {
+	if f.array {
+		return f.path + "[" + strconv.Itoa(f.idx) + "]", f.md, false, false
+	}
+	if f.isMap {
+		return f.path + "[" + f.key + "]", f.md, false, false
+	}
+	path = f.key
+	if f.path != "" {
+		path = f.path + "." + f.key
+	}
+	if f.md == nil {
+		return path, nil, false, false
+	}
+	fd := f.md.Fields().ByJSONName(f.key)
+	if fd == nil {
+		fd = f.md.Fields().ByTextName(f.key)
+	}
+	if fd == nil {
+		return path, nil, false, false
+	}
+	switch {
+	case fd.IsMap():
+		if v := fd.MapValue(); v.Kind() == protoreflect.MessageKind {
+			return path, v.Message(), true, false
+		}
+		return path, nil, true, false
+	case fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind:
+		return path, fd.Message(), false, fd.IsList()
+	}
+	return path, nil, false, fd.IsList()
+}
+
 // fieldAt is the path of the field whose key or value holds the byte at off
 // in body, the JSON of a message md. Keys that name a field of the message
 // in scope are followed into it; the entries of a map field are written
 // field[key], list elements field[i].
 func fieldAt(body []byte, md protoreflect.MessageDescriptor, off int) string {
-	type frame struct {
-		array   bool
-		idx     int
-		key     string // the last key read, in an object
-		wantKey bool
-		md      protoreflect.MessageDescriptor // the message this object is, if known
-		isMap   bool                           // this object is a map field's value
-		path    string                         // of this object or list
-	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	var stack []*frame
-	// child is the path and descriptor of the value about to be read in
-	// the innermost frame (after its key, or as its next element).
-	child := func() (path string, md protoreflect.MessageDescriptor, isMap, isList bool) {
-		f := stack[len(stack)-1]
-		if f.array {
-			return f.path + "[" + strconv.Itoa(f.idx) + "]", f.md, false, false
-		}
-		if f.isMap {
-			return f.path + "[" + f.key + "]", f.md, false, false
-		}
-		path = f.key
-		if f.path != "" {
-			path = f.path + "." + f.key
-		}
-		if f.md == nil {
-			return path, nil, false, false
-		}
-		fd := f.md.Fields().ByJSONName(f.key)
-		if fd == nil {
-			fd = f.md.Fields().ByTextName(f.key)
-		}
-		if fd == nil {
-			return path, nil, false, false
-		}
-		switch {
-		case fd.IsMap():
-			if v := fd.MapValue(); v.Kind() == protoreflect.MessageKind {
-				return path, v.Message(), true, false
-			}
-			return path, nil, true, false
-		case fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind:
-			return path, fd.Message(), false, fd.IsList()
-		}
-		return path, nil, false, fd.IsList()
-	}
+	var stack []*jsonFrame
 	for {
 		tok, err := dec.Token()
 		if err != nil {
@@ -135,7 +137,7 @@ func fieldAt(body []byte, md protoreflect.MessageDescriptor, off int) string {
 				if k, ok := tok.(string); ok {
 					f.key, f.wantKey = k, false
 					if dec.InputOffset() > int64(off) {
-						p, _, _, _ := child()
+						p, _, _, _ := f.child()
 						return p
 					}
 					continue
@@ -157,20 +159,20 @@ func fieldAt(body []byte, md protoreflect.MessageDescriptor, off int) string {
 		if len(stack) == 0 {
 			cmd = md
 		} else {
-			path, cmd, isMap, isList = child()
+			path, cmd, isMap, isList = stack[len(stack)-1].child()
 		}
 		if dec.InputOffset() > int64(off) {
 			return path
 		}
 		switch tok {
 		case json.Delim('{'):
-			stack = append(stack, &frame{wantKey: true, md: cmd, isMap: isMap, path: path})
+			stack = append(stack, &jsonFrame{wantKey: true, md: cmd, isMap: isMap, path: path})
 		case json.Delim('['):
 			elem := cmd
 			if !isList {
 				elem = nil
 			}
-			stack = append(stack, &frame{array: true, idx: -1, md: elem, path: path})
+			stack = append(stack, &jsonFrame{array: true, idx: -1, md: elem, path: path})
 		default:
 			if f := stack[len(stack)-1]; !f.array {
 				f.wantKey = true

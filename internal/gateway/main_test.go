@@ -3,11 +3,10 @@ package gateway
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"testing"
 
-	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 )
 
 // chDir is the embedded ClickHouse directory every gateway of this test
@@ -16,19 +15,7 @@ import (
 var chDir string
 
 func TestMain(m *testing.M) {
-	if _, err := os.Stat(chdb.DefaultLibPath()); err != nil {
-		fmt.Fprintf(os.Stderr, "the embedded ClickHouse engine is missing (%v): run scripts/fetch-chdb.sh or make test\n", err)
-		os.Exit(1)
-	}
-	dir, err := os.MkdirTemp("", "eventgate-gateway-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	chDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(chtest.MainDir(m, "eventgate-gateway-test-", &chDir))
 }
 
 // databaseFor names the ClickHouse database of a gateway's data directory,

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -92,15 +90,8 @@ func queryCounts(ctx context.Context, c eventgatev1.EventServiceClient, reason s
 // streamLeader returns the index of the node leading the events stream.
 func streamLeader(t *testing.T, cl *natstest.Cluster) int {
 	t.Helper()
-	nc, err := nats.Connect(cl.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Connect(t, cl.URL())
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, "EVENTS")

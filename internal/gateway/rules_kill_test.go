@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -21,15 +19,8 @@ import (
 // leaseOwners reads which replica holds each rules shard's lease, by shard.
 func leaseOwners(ctx context.Context, t *testing.T, url string) map[string]string {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Connect(t, url)
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]string{}
 	kv, err := js.KeyValue(ctx, "eventgate_rules_leases")
 	if err != nil {

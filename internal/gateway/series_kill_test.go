@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -23,15 +22,8 @@ import (
 // every stored event by uid.
 func latestVersions(ctx context.Context, t *testing.T, url string) map[string]*eventgatev1.Event {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Connect(t, url)
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	s, err := js.Stream(ctx, "EVENTS")
 	if err != nil {
 		t.Fatal(err)

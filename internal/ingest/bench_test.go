@@ -2,17 +2,14 @@ package ingest
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/query"
 )
 
@@ -25,20 +22,20 @@ func BenchmarkIngestThroughput(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		n := startNATS(b)
-		s := openStore(b, transports[0], testDatabase(b))
+		s := openStore(b, chtest.Transports[0], chtest.Database(b))
 		at := time.Now().Add(-time.Hour)
 		var last uint64
 		for j := 0; j < total; j += 1000 {
 			evs := make([]*eventgatev1.Event, 1000)
 			for k := range evs {
-				evs[k] = realisticEvent(j+k, 1000, at)
+				evs[k] = chtest.RealisticEvent(j+k, 1000, at)
 			}
 			seqs := n.publish(b, evs...)
 			last = seqs[len(seqs)-1]
 		}
 		b.StartTimer()
 		start := time.Now()
-		in, err := Start(context.Background(), n.js, n.stream, writer(b, s), Config{BatchSize: benchBatch()}, testLogger(b), nil)
+		in, err := Start(context.Background(), n.js, n.stream, writer(b, s), Config{BatchSize: benchBatch()}, chtest.Logger(b), nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -57,12 +54,12 @@ func BenchmarkIngestThroughput(b *testing.B) {
 // waits for BatchWait).
 func BenchmarkIngestVisibility(b *testing.B) {
 	n := startNATS(b)
-	s := openStore(b, transports[0], testDatabase(b))
+	s := openStore(b, chtest.Transports[0], chtest.Database(b))
 	in := startIngest(b, n, writer(b, s), Config{}, nil)
 	ctx := context.Background()
-	var lat latencies
+	var lat chtest.Latencies
 	for i := 0; i < b.N; i++ {
-		ev := realisticEvent(i, 10, time.Now())
+		ev := chtest.RealisticEvent(i, 10, time.Now())
 		start := time.Now()
 		seq := n.publish(b, ev)[0]
 		for {
@@ -84,53 +81,11 @@ func BenchmarkIngestVisibility(b *testing.B) {
 		lat = append(lat, time.Since(start))
 		time.Sleep(time.Duration(rand.IntN(50)) * time.Millisecond)
 	}
-	lat.report(b)
+	lat.Report(b)
 }
 
 // benchBatch is EVENTGATE_BENCH_BATCH (default: the store's default).
 func benchBatch() int {
 	n, _ := strconv.Atoi(os.Getenv("EVENTGATE_BENCH_BATCH"))
 	return n
-}
-
-// latencies records per-call latencies and reports p50/p99.
-type latencies []time.Duration
-
-func (l latencies) report(b *testing.B) {
-	if len(l) == 0 {
-		return
-	}
-	slices.Sort(l)
-	q := func(p float64) float64 {
-		i := int(p * float64(len(l)-1))
-		return float64(l[i]) / float64(time.Millisecond)
-	}
-	b.ReportMetric(q(0.50), "p50_ms")
-	b.ReportMetric(q(0.99), "p99_ms")
-	b.ReportMetric(0, "ns/op")
-}
-
-// realisticEvent is a ~600-byte event of one of `tenants` tenants.
-func realisticEvent(i, tenants int, at time.Time) *eventgatev1.Event {
-	obj := i % 10_000
-	ns := fmt.Sprintf("ns-%d", obj%10)
-	name := fmt.Sprintf("api-%d-7d4f8b9c5-x%04d", obj, i%7919)
-	return &eventgatev1.Event{
-		Uid:                 fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", i, i*7919),
-		Name:                name + fmt.Sprintf(".%016x", i),
-		Namespace:           ns,
-		EventTime:           timestamppb.New(at.Add(time.Duration(i) * time.Millisecond).Truncate(time.Microsecond)),
-		Series:              &eventgatev1.EventSeries{Count: int32(i%5 + 1), LastObservedTime: timestamppb.New(at.Truncate(time.Microsecond)), State: "Ongoing"},
-		ReportingController: "example.com/payment-operator", ReportingInstance: fmt.Sprintf("payment-operator-%d", i%20),
-		Action: "Reconcile", Reason: fmt.Sprintf("Reason%d", i%50), Type: "Warning",
-		Regarding: &eventgatev1.ObjectReference{ApiVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: name,
-			Uid: fmt.Sprintf("%08x-0000-4000-8000-%012x", obj, obj), ResourceVersion: "123456"},
-		Related: &eventgatev1.ObjectReference{ApiVersion: "v1", Kind: "Pod", Namespace: ns, Name: name + "-pod"},
-		Note: "Back-off restarting failed container payment in pod " + name + ": exit code 137 (OOMKilled); " +
-			"memory limit 512Mi exceeded while processing the settlement batch, retrying in 40s",
-		Tenant:      &eventgatev1.Tenant{Type: "project", Name: fmt.Sprintf("tenant-%d", i%tenants)},
-		Labels:      map[string]string{"app": "payment", "tier": "backend", "team": fmt.Sprintf("team-%d", obj%30)},
-		Annotations: map[string]string{"example.com/trace-id": fmt.Sprintf("%032x", i)},
-		Metadata:    map[string]string{"revision": "v1.42.0"},
-	}
 }

@@ -17,6 +17,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/clickhouse"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	"github.com/eventgate/eventgate/internal/event"
 )
 
@@ -274,7 +275,7 @@ func TestIngestStopAndResume(t *testing.T) {
 		ctx := context.Background()
 		n := startNATS(t)
 		w := &closeWriter{Writer: writer(t, s), closed: make(chan struct{})}
-		in, err := Start(ctx, n.js, n.stream, w, testIngestConfig(), testLogger(t), nil)
+		in, err := Start(ctx, n.js, n.stream, w, testIngestConfig(), chtest.Logger(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,7 +311,7 @@ func TestIngestStopAndResume(t *testing.T) {
 
 		// Cancelling the start context aborts ingest.
 		cctx, ccancel := context.WithCancel(ctx)
-		in3, err := Start(cctx, n.js, n.stream, writer(t, s), testIngestConfig(), testLogger(t), nil)
+		in3, err := Start(cctx, n.js, n.stream, writer(t, s), testIngestConfig(), chtest.Logger(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

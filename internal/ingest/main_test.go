@@ -2,14 +2,8 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"regexp"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,105 +15,35 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/clickhouse"
-	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
-	"github.com/eventgate/eventgate/internal/clickhouse/chdbhttp"
-	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 	egjs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/query"
 )
 
-// One process can open one chDB storage path: the whole test binary shares
-// one engine, and tests are isolated by database.
-var (
-	testEngine  *chdb.Engine
-	testOpenErr error
-)
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "eventgate-ingest-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testEngine, testOpenErr = chdb.Open(chdb.Options{DataDir: dir, PoolSize: 6})
-	code := m.Run()
-	if testEngine != nil {
-		testEngine.Close()
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(chtest.Main(m, "eventgate-ingest-test-"))
 }
 
-func engine(t testing.TB) *chdb.Engine {
-	t.Helper()
-	if testOpenErr != nil {
-		if errors.Is(testOpenErr, chdb.ErrLibraryNotFound) {
-			t.Fatalf("%v\nrun: bash scripts/fetch-chdb.sh (from the repository root)", testOpenErr)
-		}
-		t.Fatalf("open chDB: %v", testOpenErr)
-	}
-	return testEngine
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-var dbSeq atomic.Int64
-
-var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
-
-// testDatabase returns a database name unique to this test.
-func testDatabase(t testing.TB) string {
-	name := nonIdent.ReplaceAllString(strings.ToLower(t.Name()), "_")
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	return fmt.Sprintf("t%d_%s", dbSeq.Add(1), name)
-}
-
-// transportCase opens a store over one transport.
-type transportCase struct {
-	name string
-	open func(t testing.TB, cfg clickhouse.Config) *clickhouse.Store
-}
-
-// transports are the two ways the store reaches the real engine: directly
-// (embedded chDB) and through clickhouse-go/v2 over HTTP to the chdbhttp
-// fixture serving the same engine.
-var transports = []transportCase{
-	{"chdb", func(t testing.TB, cfg clickhouse.Config) *clickhouse.Store {
-		t.Helper()
-		s, err := clickhouse.OpenEngine(context.Background(), engine(t), cfg, testLogger(t))
-		if err != nil {
-			t.Fatalf("open store: %v", err)
-		}
-		return s
-	}},
-	{"clickhouse-go-http", func(t testing.TB, cfg clickhouse.Config) *clickhouse.Store {
-		t.Helper()
-		addr := chdbhttp.Start(t, engine(t))
-		cfg.DSN = "http://" + addr
-		s, err := clickhouse.Open(context.Background(), cfg, testLogger(t))
-		if err != nil {
-			t.Fatalf("open store: %v", err)
-		}
-		return s
-	}},
-}
-
-// openStore opens a store on db over tc, dropped when the test ends.
-func openStore(t testing.TB, tc transportCase, db string) *clickhouse.Store {
+// openStore opens a store on db over tr, dropped when the test ends.
+func openStore(t testing.TB, tr chtest.Transport, db string) *clickhouse.Store {
 	t.Helper()
 	cfg := clickhouse.DefaultConfig()
 	cfg.Database = db
-	s := tc.open(t, cfg)
+	var s *clickhouse.Store
+	var err error
+	if tr.DSN == nil {
+		s, err = clickhouse.OpenEngine(context.Background(), chtest.Engine(t), cfg, chtest.Logger(t))
+	} else {
+		cfg.DSN = tr.DSN(t)
+		s, err = clickhouse.Open(context.Background(), cfg, chtest.Logger(t))
+	}
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
 	t.Cleanup(func() {
 		s.Close()
-		engine(t).Exec(context.Background(), "DROP DATABASE IF EXISTS `"+db+"`")
+		chtest.Engine(t).Exec(context.Background(), "DROP DATABASE IF EXISTS `"+db+"`")
 	})
 	return s
 }
@@ -127,10 +51,10 @@ func openStore(t testing.TB, tc transportCase, db string) *clickhouse.Store {
 // eachTransport runs f once per transport, with a database of its own that
 // open opens stores on.
 func eachTransport(t *testing.T, f func(t *testing.T, open func() *clickhouse.Store)) {
-	for _, tc := range transports {
-		t.Run(tc.name, func(t *testing.T) {
-			db := testDatabase(t)
-			f(t, func() *clickhouse.Store { return openStore(t, tc, db) })
+	for _, tr := range chtest.Transports {
+		t.Run(tr.Name, func(t *testing.T) {
+			db := chtest.Database(t)
+			f(t, func() *clickhouse.Store { return openStore(t, tr, db) })
 		})
 	}
 }
@@ -184,12 +108,11 @@ func (n *natsEnv) publish(t testing.TB, evs ...*eventgatev1.Event) []uint64 {
 	t.Helper()
 	msgs := make([]*nats.Msg, len(evs))
 	for i, ev := range evs {
-		b, err := event.Marshal(ev)
+		m, err := egjs.Msg(wire.Write{Event: ev})
 		if err != nil {
 			t.Fatal(err)
 		}
-		msgs[i] = nats.NewMsg(event.SubjectOf(ev))
-		msgs[i].Data = b
+		msgs[i] = m
 	}
 	return n.publishMsgs(t, msgs...)
 }
@@ -234,7 +157,7 @@ func testIngestConfig() Config {
 
 func startIngest(t testing.TB, n *natsEnv, w Writer, cfg Config, reg prometheus.Registerer) *Consumer {
 	t.Helper()
-	in, err := Start(context.Background(), n.js, n.stream, w, cfg, testLogger(t), reg)
+	in, err := Start(context.Background(), n.js, n.stream, w, cfg, chtest.Logger(t), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,13 +11,14 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/clickhouse"
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
 )
 
 // ownStore opens a store on a database of its own (the embedded engine, in
 // process), as each replica on an embedded engine has.
 func ownStore(t *testing.T) *clickhouse.Store {
 	t.Helper()
-	return openStore(t, transports[0], testDatabase(t))
+	return openStore(t, chtest.Transports[0], chtest.Database(t))
 }
 
 func storeConfig(replica, store string) Config {
@@ -77,7 +78,7 @@ func TestIngestStoreConsumerOfAnotherStoreRecreated(t *testing.T) {
 	n := startNATS(t)
 	evs, seqs := publishRounds(t, n, "old", 3)
 	last := seqs[len(seqs)-1]
-	in, err := Start(ctx, n.js, n.stream, writer(t, ownStore(t)), storeConfig("r1", "store-old"), testLogger(t), nil)
+	in, err := Start(ctx, n.js, n.stream, writer(t, ownStore(t)), storeConfig("r1", "store-old"), chtest.Logger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestIngestStoreConsumerExpiresAfterTTL(t *testing.T) {
 	n := startNATS(t)
 	cfg := storeConfig("gone", "store-gone")
 	cfg.ConsumerTTL = time.Second
-	in, err := Start(ctx, n.js, n.stream, writer(t, ownStore(t)), cfg, testLogger(t), nil)
+	in, err := Start(ctx, n.js, n.stream, writer(t, ownStore(t)), cfg, chtest.Logger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestIngestStoreConsumerAdoptsSharedFloor(t *testing.T) {
 	n := startNATS(t)
 	s := ownStore(t)
 	evs, seqs := publishRounds(t, n, "before", 3)
-	in, err := Start(ctx, n.js, n.stream, writer(t, s), testIngestConfig(), testLogger(t), nil)
+	in, err := Start(ctx, n.js, n.stream, writer(t, s), testIngestConfig(), chtest.Logger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/series"
 )
 
@@ -83,7 +84,7 @@ func TestBatchedSubmit(t *testing.T) {
 	}
 	evs := readEvents(t, a.js)
 	for _, ev := range []*eventgatev1.Event{x, y} {
-		if vs := evs[ev.Uid]; len(vs) != 1 || vs[0].ev.GetSeries() != nil || vs[0].hdr.Get(HeaderWriteReason) != ReasonClient {
+		if vs := evs[ev.Uid]; len(vs) != 1 || vs[0].ev.GetSeries() != nil || vs[0].hdr.Get(wire.HeaderWriteReason) != wire.ReasonClient {
 			t.Errorf("as-is %s stored %d times: %+v", ev.Uid, len(vs), vs)
 		} else if id := vs[0].hdr.Get(jetstream.MsgIDHeader); id == "" {
 			t.Errorf("as-is %s stored without a message id", ev.Uid)

@@ -274,7 +274,7 @@ func minutesSum(t testing.TB, versions []stored) int64 {
 			continue
 		}
 		seen[id] = true
-		ms, err := wire.ParseMinutes(v.hdr.Get(HeaderSeriesMinutes))
+		ms, err := wire.ParseMinutes(v.hdr.Get(wire.HeaderSeriesMinutes))
 		if err != nil {
 			t.Fatalf("version %d: %v", v.seq, err)
 		}

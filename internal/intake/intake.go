@@ -182,38 +182,9 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "intake")
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        cfg.Stream,
-		Description: "eventgate intake: every accepted occurrence, partitioned by series key, until its partition's owner checkpoints",
-		Subjects:    []string{cfg.SubjectPrefix + ".>"},
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		Storage:     jetstream.FileStorage,
-		MaxAge:      cfg.MaxAge,
-		Duplicates:  cfg.Duplicates,
-		Replicas:    cfg.Replicas,
-		AllowDirect: true,
-	})
+	st, es, kv, err := ensureStreams(ctx, js, cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("ensure intake stream %s: %w", cfg.Stream, err)
-	}
-	es, err := js.Stream(ctx, cfg.EventsStream)
-	if err != nil {
-		return nil, fmt.Errorf("events stream %s: %w", cfg.EventsStream, err)
-	}
-	if need := cfg.ReplayWindow(); es.CachedInfo().Config.Duplicates < need {
-		log.Warn("the events stream's duplicate window is shorter than a checkpoint interval plus a takeover: writes replayed after a takeover may be stored twice",
-			"stream", cfg.EventsStream, "duplicates", es.CachedInfo().Config.Duplicates, "want", need)
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      cfg.Bucket,
-		Description: "eventgate series: one checkpoint per intake partition",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("ensure checkpoint bucket %s: %w", cfg.Bucket, err)
+		return nil, err
 	}
 	if chunk <= 0 {
 		chunk = upToHalfPayload(nc, 512<<10)
@@ -244,27 +215,86 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if err := in.store.checkMeta(ctx, cfg.Partitions); err != nil {
 		return nil, err
 	}
-	for p := 0; p < cfg.Partitions; p++ {
+	if err := in.openPartitions(ctx); err != nil {
+		return nil, err
+	}
+	if err := in.serve(); err != nil {
+		return nil, err
+	}
+	log.Info("intake started", "stream", cfg.Stream, "partitions", cfg.Partitions, "bucket", cfg.Bucket)
+	return in, nil
+}
+
+// ensureStreams creates or updates the intake stream and the checkpoint
+// bucket, and looks up the events stream the owners write.
+func ensureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) (st, es jetstream.Stream, kv jetstream.KeyValue, err error) {
+	st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.Stream,
+		Description: "eventgate intake: every accepted occurrence, partitioned by series key, until its partition's owner checkpoints",
+		Subjects:    []string{cfg.SubjectPrefix + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      cfg.MaxAge,
+		Duplicates:  cfg.Duplicates,
+		Replicas:    cfg.Replicas,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("ensure intake stream %s: %w", cfg.Stream, err)
+	}
+	es, err = js.Stream(ctx, cfg.EventsStream)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("events stream %s: %w", cfg.EventsStream, err)
+	}
+	if need := cfg.ReplayWindow(); es.CachedInfo().Config.Duplicates < need {
+		log.Warn("the events stream's duplicate window is shorter than a checkpoint interval plus a takeover: writes replayed after a takeover may be stored twice",
+			"stream", cfg.EventsStream, "duplicates", es.CachedInfo().Config.Duplicates, "want", need)
+	}
+	kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "eventgate series: one checkpoint per intake partition",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("ensure checkpoint bucket %s: %w", cfg.Bucket, err)
+	}
+	return st, es, kv, nil
+}
+
+// openPartitions creates or updates each partition's consumer, its owner
+// pinned by the stream.
+func (in *Intake) openPartitions(ctx context.Context) error {
+	for p := 0; p < in.cfg.Partitions; p++ {
 		cons, err := in.ensureConsumer(ctx, p)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		in.parts = append(in.parts, newPartition(in, p, cons))
 	}
-	in.sub, err = nc.Subscribe(in.inbox+".*", in.onDecisions)
+	return nil
+}
+
+// serve subscribes to the decisions and the members' announcements and
+// starts the announcer and every partition's loop.
+func (in *Intake) serve() error {
+	var err error
+	in.sub, err = in.nc.Subscribe(in.inbox+".*", in.onDecisions)
 	if err != nil {
-		return nil, fmt.Errorf("subscribe decisions: %w", err)
+		return fmt.Errorf("subscribe decisions: %w", err)
 	}
-	in.msub, err = nc.Subscribe(in.members.subject, in.members.onAnnounce)
+	in.msub, err = in.nc.Subscribe(in.members.subject, in.members.onAnnounce)
 	if err != nil {
 		_ = in.sub.Unsubscribe()
-		return nil, fmt.Errorf("subscribe members: %w", err)
+		return fmt.Errorf("subscribe members: %w", err)
 	}
 	in.ctx, in.cancel = context.WithCancel(context.Background())
 	in.wg.Add(1)
 	go func() {
 		defer in.wg.Done()
-		in.members.announce(in.ctx, nc)
+		in.members.announce(in.ctx, in.nc)
 	}()
 	for _, pt := range in.parts {
 		in.wg.Add(1)
@@ -273,8 +303,7 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 			pt.run(in.ctx)
 		}()
 	}
-	log.Info("intake started", "stream", cfg.Stream, "partitions", cfg.Partitions, "bucket", cfg.Bucket)
-	return in, nil
+	return nil
 }
 
 // consumerConfig is partition p's consumer: deliver all, acknowledge
@@ -472,94 +501,12 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 			return nil, fmt.Errorf("submit: events[%d] is nil", i)
 		}
 	}
-	c := &call{results: make([]Result, len(evs)), got: make([]bool, len(evs)), remaining: len(evs), done: make(chan struct{})}
-	in.mu.Lock()
-	in.nextCall++
-	id := in.nextCall
-	in.calls[id] = c
-	for i, mid := range msgIDs {
-		if _, ok := in.pending[mid]; mid != "" && !ok {
-			in.pending[mid] = pendingOcc{c, i}
-		}
-	}
-	in.mu.Unlock()
-	forget := func() {
-		in.mu.Lock()
-		delete(in.calls, id)
-		for _, mid := range msgIDs {
-			if o, ok := in.pending[mid]; ok && o.c == c {
-				delete(in.pending, mid)
-			}
-		}
-		in.mu.Unlock()
-	}
+	c, id, forget := in.register(evs, msgIDs)
 	reply := in.inbox + "." + strconv.FormatUint(id, 36)
-
-	// An occurrence with a message id is an entry of its own: the stream's
-	// duplicate window deduplicates a retry of it, however the retry is
-	// batched. The others share one entry per partition (up to maxBatch
-	// occurrences or in.batchBytes): a batch costs the log, its owner and the
-	// connection one message instead of one per occurrence.
-	type pending struct {
-		m       *nats.Msg
-		idxs    []int
-		batched bool // HeaderBatch lists idxs; otherwise one occurrence under its message id
-	}
-	var entries []pending
-	open := make(map[int]int) // partition → index in entries of its open batch
-	newMsg := func(p int) *nats.Msg {
-		m := nats.NewMsg(in.cfg.subject(p))
-		m.Header.Set(HeaderReply, reply)
-		if asIs {
-			m.Header.Set(HeaderAsIs, "1")
-		}
-		propagator.Inject(ctx, propagation.HeaderCarrier(m.Header))
-		return m
-	}
-	// Encoded first, so that each batch's data is allocated once, at the
-	// size of what goes into it.
-	datas := make([][]byte, len(evs))
-	parts := make([]int, len(evs))
-	left := make(map[int]int) // partition → bytes of its batched occurrences not yet placed
-	for i, ev := range evs {
-		data, err := event.Marshal(ev)
-		if err != nil {
-			forget()
-			return nil, fmt.Errorf("submit: events[%d]: %w", i, err)
-		}
-		datas[i], parts[i] = data, in.Partition(ev)
-		if msgIDs == nil || msgIDs[i] == "" {
-			left[parts[i]] += len(data) + binary.MaxVarintLen32
-		}
-	}
-	for i := range evs {
-		data, p := datas[i], parts[i]
-		if msgIDs != nil && msgIDs[i] != "" {
-			m := newMsg(p)
-			m.Data = data
-			m.Header.Set(HeaderIndex, strconv.Itoa(i))
-			m.Header.Set(jetstream.MsgIDHeader, msgIDs[i])
-			entries = append(entries, pending{m: m, idxs: []int{i}})
-			// The partition's later occurrences go after it: its log keeps
-			// the batch's order.
-			delete(open, p)
-			continue
-		}
-		j, ok := open[p]
-		if ok && (len(entries[j].idxs) >= maxBatch || len(entries[j].m.Data)+len(data)+binary.MaxVarintLen32 > in.batchBytes) {
-			ok = false
-		}
-		if !ok {
-			j = len(entries)
-			open[p] = j
-			m := newMsg(p)
-			m.Data = make([]byte, 0, min(left[p], in.batchBytes+len(data)+binary.MaxVarintLen32))
-			entries = append(entries, pending{m: m, batched: true})
-		}
-		left[p] -= len(data) + binary.MaxVarintLen32
-		e := &entries[j]
-		e.m.Data = protowire.AppendBytes(e.m.Data, data)
-		e.idxs = append(e.idxs, i)
+	entries, err := in.logEntries(ctx, evs, msgIDs, reply, asIs)
+	if err != nil {
+		forget()
+		return nil, err
 	}
 	start := time.Now()
 	futs := make([]jetstream.PubAckFuture, len(entries))
@@ -582,6 +529,107 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 		defer forget()
 		return in.await(ctx, c, evs, msgIDs, futs, firsts, start)
 	}, nil
+}
+
+// register records a call of evs, so that its decisions find it; forget
+// removes it.
+func (in *Intake) register(evs []*eventgatev1.Event, msgIDs []string) (c *call, id uint64, forget func()) {
+	c = &call{results: make([]Result, len(evs)), got: make([]bool, len(evs)), remaining: len(evs), done: make(chan struct{})}
+	in.mu.Lock()
+	in.nextCall++
+	id = in.nextCall
+	in.calls[id] = c
+	for i, mid := range msgIDs {
+		if _, ok := in.pending[mid]; mid != "" && !ok {
+			in.pending[mid] = pendingOcc{c, i}
+		}
+	}
+	in.mu.Unlock()
+	return c, id, func() {
+		in.mu.Lock()
+		delete(in.calls, id)
+		for _, mid := range msgIDs {
+			if o, ok := in.pending[mid]; ok && o.c == c {
+				delete(in.pending, mid)
+			}
+		}
+		in.mu.Unlock()
+	}
+}
+
+// logEntry is an intake entry to publish: one occurrence under its message
+// id, or a batch of occurrences (HeaderBatch lists idxs).
+type logEntry struct {
+	m       *nats.Msg
+	idxs    []int
+	batched bool
+}
+
+// logEntries are the intake entries of a call's occurrences, in order,
+// their decisions due at reply.
+//
+// An occurrence with a message id is an entry of its own: the stream's
+// duplicate window deduplicates a retry of it, however the retry is
+// batched. The others share one entry per partition (up to maxBatch
+// occurrences or in.batchBytes): a batch costs the log, its owner and the
+// connection one message instead of one per occurrence.
+func (in *Intake) logEntries(ctx context.Context, evs []*eventgatev1.Event, msgIDs []string, reply string, asIs bool) ([]logEntry, error) {
+	var entries []logEntry
+	open := make(map[int]int) // partition → index in entries of its open batch
+	newMsg := func(p int) *nats.Msg {
+		m := nats.NewMsg(in.cfg.subject(p))
+		m.Header.Set(HeaderReply, reply)
+		if asIs {
+			m.Header.Set(HeaderAsIs, "1")
+		}
+		propagator.Inject(ctx, propagation.HeaderCarrier(m.Header))
+		return m
+	}
+	// Encoded first, so that each batch's data is allocated once, at the
+	// size of what goes into it.
+	datas := make([][]byte, len(evs))
+	parts := make([]int, len(evs))
+	left := make(map[int]int) // partition → bytes of its batched occurrences not yet placed
+	for i, ev := range evs {
+		data, err := event.Marshal(ev)
+		if err != nil {
+			return nil, fmt.Errorf("submit: events[%d]: %w", i, err)
+		}
+		datas[i], parts[i] = data, in.Partition(ev)
+		if msgIDs == nil || msgIDs[i] == "" {
+			left[parts[i]] += len(data) + binary.MaxVarintLen32
+		}
+	}
+	for i := range evs {
+		data, p := datas[i], parts[i]
+		if msgIDs != nil && msgIDs[i] != "" {
+			m := newMsg(p)
+			m.Data = data
+			m.Header.Set(HeaderIndex, strconv.Itoa(i))
+			m.Header.Set(jetstream.MsgIDHeader, msgIDs[i])
+			entries = append(entries, logEntry{m: m, idxs: []int{i}})
+			// The partition's later occurrences go after it: its log keeps
+			// the batch's order.
+			delete(open, p)
+			continue
+		}
+		j, ok := open[p]
+		if ok && (len(entries[j].idxs) >= maxBatch || len(entries[j].m.Data)+len(data)+binary.MaxVarintLen32 > in.batchBytes) {
+			ok = false
+		}
+		if !ok {
+			j = len(entries)
+			open[p] = j
+			m := newMsg(p)
+			m.Data = make([]byte, 0, min(left[p], in.batchBytes+len(data)+binary.MaxVarintLen32))
+			entries = append(entries, logEntry{m: m, batched: true})
+		}
+		left[p] -= len(data) + binary.MaxVarintLen32
+		e := &entries[j]
+		e.m.Data = protowire.AppendBytes(e.m.Data, data)
+		e.idxs = append(e.idxs, i)
+	}
+	return entries, nil
 }
 
 // await waits for the acknowledgements futs of a call's entries (firsts[k]:

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/series"
 )
 
@@ -67,10 +68,10 @@ func TestLifecycle(t *testing.T) {
 		vs = readEvents(t, r.js)[ev1.Uid]
 		return len(vs) > 0 && vs[len(vs)-1].ev.GetSeries().GetState() == series.StateFinished
 	})
-	reason := func(v stored) string { return v.hdr.Get(HeaderWriteReason) }
+	reason := func(v stored) string { return v.hdr.Get(wire.HeaderWriteReason) }
 	if v := vs[0]; v.seq != r1.ResourceVersion || reason(v) != "created" || v.ev.Series != nil || v.ev.Note != "first" ||
-		traceparentOf(v) != tp1 || v.hdr.Get(HeaderSeriesMinutes) == "" {
-		t.Errorf("version 1: seq %d reason %q series %v note %q traceparent %q minutes %q", v.seq, reason(v), v.ev.Series, v.ev.Note, traceparentOf(v), v.hdr.Get(HeaderSeriesMinutes))
+		traceparentOf(v) != tp1 || v.hdr.Get(wire.HeaderSeriesMinutes) == "" {
+		t.Errorf("version 1: seq %d reason %q series %v note %q traceparent %q minutes %q", v.seq, reason(v), v.ev.Series, v.ev.Note, traceparentOf(v), v.hdr.Get(wire.HeaderSeriesMinutes))
 	}
 	if v := vs[1]; v.seq != r2.ResourceVersion || reason(v) != "started" || v.ev.GetSeries().GetCount() != 2 ||
 		v.ev.GetSeries().GetState() != series.StateOngoing || v.ev.Note != "second" || traceparentOf(v) != tp2 {
@@ -109,7 +110,7 @@ func TestLifecycle(t *testing.T) {
 	if r5.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED || r5.UID != ev5.Uid || r5.ResourceVersion == 0 {
 		t.Fatalf("client series: %+v", r5)
 	}
-	if v := readEvents(t, r.js)[ev5.Uid]; len(v) != 1 || v[0].seq != r5.ResourceVersion || v[0].ev.GetSeries().GetCount() != 5 || reason(v[0]) != ReasonClient {
+	if v := readEvents(t, r.js)[ev5.Uid]; len(v) != 1 || v[0].seq != r5.ResourceVersion || v[0].ev.GetSeries().GetCount() != 5 || reason(v[0]) != wire.ReasonClient {
 		t.Errorf("client series stored as %+v", v)
 	}
 

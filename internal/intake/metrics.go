@@ -3,6 +3,7 @@ package intake
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/series"
 )
 
@@ -54,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for r := series.Reason(0); r < series.NumReasons; r++ {
 		m.writes.WithLabelValues(r.String())
 	}
-	m.writes.WithLabelValues(ReasonClient)
+	m.writes.WithLabelValues(wire.ReasonClient)
 	if reg != nil {
 		reg.MustRegister(m.active, m.tracked, m.owned, m.occurrences, m.folded, m.saved, m.writes, m.evicted,
 			m.bytes, m.reads, m.collisions, m.takeovers, m.resyncs, m.ticks, m.checkpoint, m.submitted, m.stage)

@@ -196,11 +196,11 @@ func (pt *partition) occur(o occ) error {
 		if err := pt.publish(pt.agg.Tick(o.at, pos), nil, -1, item{}); err != nil {
 			return err
 		}
-		fut, err := pt.publishEvent(ev, nil, ReasonClient, nil, clientWriteID(ev, o.seq, o.k), o.hdr)
+		fut, err := pt.publishEvent(ev, nil, wire.ReasonClient, nil, clientWriteID(ev, o.seq, o.k), o.hdr)
 		if err != nil {
 			return err
 		}
-		pt.in.m.writes.WithLabelValues(ReasonClient).Inc()
+		pt.in.m.writes.WithLabelValues(wire.ReasonClient).Inc()
 		pt.in.addStats(func(s *Stats) { s.ClientWrites++ })
 		pt.pipe.add(item{fut: fut, reply: o.reply, hasDec: true, dec: decision{index: o.index, outcome: series.Created, uid: ev.GetUid()}})
 		return nil

@@ -12,7 +12,7 @@ import (
 	"github.com/eventgate/eventgate/internal/series"
 )
 
-// Headers of intake and events messages.
+// Headers of intake messages. The events stream's are package wire's.
 const (
 	// HeaderReply, on an intake entry, is where its owner sends the decision.
 	HeaderReply = "Eventgate-Reply"
@@ -29,18 +29,6 @@ const (
 	// HeaderAsIs, on an intake entry, says that its emitter counts its own
 	// series: the occurrence is stored as it is, never aggregated.
 	HeaderAsIs = "Eventgate-As-Is"
-	// HeaderWriteReason, on an events message, says why it was written:
-	// a series.Reason name, or ReasonClient for an event its emitter
-	// aggregated itself.
-	HeaderWriteReason = wire.HeaderWriteReason
-	// HeaderSeriesMinutes, on an events message, lists the occurrences the
-	// write adds per minute of log time: "<unix minute>=<count>,…". Over all
-	// writes of one uid (deduplicated by Nats-Msg-Id) they sum to its count.
-	HeaderSeriesMinutes = wire.HeaderSeriesMinutes
-	// ReasonClient is the write reason of an event that arrived with its
-	// series already set, or from an emitter that counts its own series
-	// (SubmitAsIs), and is stored as it is.
-	ReasonClient = wire.ReasonClient
 	// pinHeader is the JetStream header naming the pinned client.
 	pinHeader = "Nats-Pin-Id"
 )

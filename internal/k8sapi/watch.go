@@ -33,85 +33,24 @@ func (a *API) watch(ctx context.Context, w http.ResponseWriter, r *http.Request,
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
-	initial := o.rv == "" || o.rv == "0"
-	if o.sendInitial != nil {
-		initial = *o.sendInitial
-		if *o.sendInitial && (o.rvMatch != string(metav1.ResourceVersionMatchNotOlderThan) || !o.bookmarks) {
-			writeStatus(w, invalid(rq, "", metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: "sendInitialEvents",
-				Message: "sendInitialEvents=true requires resourceVersionMatch=NotOlderThan and allowWatchBookmarks=true"}))
-			return
-		}
-	} else if o.rvMatch != "" {
-		writeStatus(w, invalid(rq, "", metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: "resourceVersionMatch",
-			Message: "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"}))
+	initial, st := initialWanted(rq, o)
+	if st != nil {
+		writeStatus(w, st)
 		return
 	}
 	from := o.rv
 	var init []*eventgatev1.Event
 	if initial {
-		// Lists every matching event (in pages) at the current state, at
-		// least as new as the resourceVersion asked for.
-		var minRV uint64
-		if o.rv != "" {
-			minRV, _ = strconv.ParseUint(o.rv, 10, 64)
-		}
-		lo := o
-		lo.limit = 0
-		l, st := a.fresh(ctx, rq, lo, minRV)
-		for st == nil && l.cont != "" {
-			var more listing
-			more, err := a.collect(ctx, rq, lo, l.cont, 0)
-			if err != nil {
-				st = fromGRPC(err, rq, "", nil)
-				break
-			}
-			l.events, l.cont = append(l.events, more.events...), more.cont
-		}
-		if st != nil {
+		if init, from, st = a.initialEvents(ctx, rq, o); st != nil {
 			writeStatus(w, st)
 			return
 		}
-		init, from = l.events, l.rv
 	} else if o.rv == "" {
 		from = "" // live events from now on
 	}
-	req := &eventgatev1.StreamWatchRequest{
-		Tenant:          rq.tenant,
-		Namespace:       rq.namespace,
-		ResourceVersion: from,
-		Types:           equals(o.filter.fields, "type"),
-		Reasons:         equals(o.filter.fields, "reason"),
-	}
-	if ns := equals(o.filter.fields, "metadata.namespace"); req.Namespace == "" && len(ns) == 1 {
-		req.Namespace = ns[0]
-	}
-	if k := equals(o.filter.fields, "regarding.kind"); len(k) == 1 {
-		req.Kind = k[0]
-	}
-	if n := equals(o.filter.fields, "regarding.name"); len(n) == 1 {
-		req.Name = n[0]
-	}
-	if c := equals(o.filter.fields, "reportingController"); len(c) > 0 {
-		req.ReportingControllers = c
-	}
-	if o.bookmarks {
-		req.BookmarkInterval = durationpb.New(a.cfg.BookmarkInterval)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := a.client.StreamWatch(ctx, req)
-	if err == nil {
-		md, herr := stream.Header()
-		if herr != nil || len(md.Get(event.WatchEstablishedHeader)) == 0 {
-			err = herr
-			if _, rerr := stream.Recv(); rerr != nil {
-				err = rerr
-			}
-			if err == nil {
-				err = status.Error(codes.Unavailable, "watch did not start")
-			}
-		}
-	}
+	stream, err := a.startWatch(ctx, a.watchRequest(rq, o, from))
 	if err != nil {
 		writeStatus(w, fromGRPC(err, rq, "", nil))
 		return
@@ -167,6 +106,98 @@ func (a *API) watch(ctx context.Context, w http.ResponseWriter, r *http.Request,
 			return
 		}
 	}
+}
+
+// initialWanted reports whether a watch starts with the initial events,
+// or the status refusing its options.
+func initialWanted(rq request, o listOptions) (bool, *statusError) {
+	if o.sendInitial == nil {
+		if o.rvMatch != "" {
+			return false, invalid(rq, "", metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: "resourceVersionMatch",
+				Message: "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"})
+		}
+		return o.rv == "" || o.rv == "0", nil
+	}
+	if *o.sendInitial && (o.rvMatch != string(metav1.ResourceVersionMatchNotOlderThan) || !o.bookmarks) {
+		return false, invalid(rq, "", metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: "sendInitialEvents",
+			Message: "sendInitialEvents=true requires resourceVersionMatch=NotOlderThan and allowWatchBookmarks=true"})
+	}
+	return *o.sendInitial, nil
+}
+
+// initialEvents lists every matching event (in pages) at the current
+// state, at least as new as the resourceVersion asked for, and the
+// resourceVersion the watch goes on from.
+func (a *API) initialEvents(ctx context.Context, rq request, o listOptions) ([]*eventgatev1.Event, string, *statusError) {
+	var minRV uint64
+	if o.rv != "" {
+		minRV, _ = strconv.ParseUint(o.rv, 10, 64)
+	}
+	lo := o
+	lo.limit = 0
+	l, st := a.fresh(ctx, rq, lo, minRV)
+	for st == nil && l.cont != "" {
+		var more listing
+		more, err := a.collect(ctx, rq, lo, l.cont, 0)
+		if err != nil {
+			st = fromGRPC(err, rq, "", nil)
+			break
+		}
+		l.events, l.cont = append(l.events, more.events...), more.cont
+	}
+	if st != nil {
+		return nil, "", st
+	}
+	return l.events, l.rv, nil
+}
+
+// watchRequest is the StreamWatch of a watch from from: the field
+// selector's equalities the gRPC watch can filter on are passed on (the
+// rest are matched here).
+func (a *API) watchRequest(rq request, o listOptions, from string) *eventgatev1.StreamWatchRequest {
+	req := &eventgatev1.StreamWatchRequest{
+		Tenant:          rq.tenant,
+		Namespace:       rq.namespace,
+		ResourceVersion: from,
+		Types:           equals(o.filter.fields, "type"),
+		Reasons:         equals(o.filter.fields, "reason"),
+	}
+	if ns := equals(o.filter.fields, "metadata.namespace"); req.Namespace == "" && len(ns) == 1 {
+		req.Namespace = ns[0]
+	}
+	if k := equals(o.filter.fields, "regarding.kind"); len(k) == 1 {
+		req.Kind = k[0]
+	}
+	if n := equals(o.filter.fields, "regarding.name"); len(n) == 1 {
+		req.Name = n[0]
+	}
+	if c := equals(o.filter.fields, "reportingController"); len(c) > 0 {
+		req.ReportingControllers = c
+	}
+	if o.bookmarks {
+		req.BookmarkInterval = durationpb.New(a.cfg.BookmarkInterval)
+	}
+	return req
+}
+
+// startWatch starts req and returns the stream once the watch is
+// established (its header says so), or the error that kept it from
+// starting.
+func (a *API) startWatch(ctx context.Context, req *eventgatev1.StreamWatchRequest) (eventgatev1.EventService_StreamWatchClient, error) {
+	stream, err := a.client.StreamWatch(ctx, req)
+	if err == nil {
+		md, herr := stream.Header()
+		if herr != nil || len(md.Get(event.WatchEstablishedHeader)) == 0 {
+			err = herr
+			if _, rerr := stream.Recv(); rerr != nil {
+				err = rerr
+			}
+			if err == nil {
+				err = status.Error(codes.Unavailable, "watch did not start")
+			}
+		}
+	}
+	return stream, err
 }
 
 // watchWriter writes watch events, one JSON object per line, flushed.

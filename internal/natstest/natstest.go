@@ -121,15 +121,8 @@ func (c *Cluster) waitMetaLeader(t testing.TB) {
 			t.Fatalf("node %s not ready", s.Name())
 		}
 	}
-	nc, err := nats.Connect(c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := Connect(t, c.URL())
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
@@ -146,6 +139,22 @@ func (c *Cluster) waitMetaLeader(t testing.TB) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Connect connects to url and returns the connection, which the caller
+// closes, and a JetStream context on it. It fails t if either fails.
+func Connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	return nc, js
 }
 
 // StartServer starts one JetStream server on a loopback port, for several

@@ -15,7 +15,6 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/eventgate/eventgate/client/signature"
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
@@ -427,15 +426,8 @@ func TestReplicasShareTheShardsWithoutLosingOrDoublingNotifications(t *testing.T
 // KV compare-and-set conflicts carry other error codes.
 func TestRulesOnAReplicatedCluster(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
-	nc, err := nats.Connect(c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Connect(t, c.URL())
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	scfg := ejs.DefaultConfig()

@@ -370,6 +370,13 @@ func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, po
 	}
 
 	// A new singleton: stored as it is, and tracked by its key's hash.
+	return a.created(ev, raw, t, pos, h, ws), nil
+}
+
+// created stores ev, whose key is in a.buf, as a new singleton: as it is
+// (written after ws, the writes already due), and tracked by its key's
+// hash h (computed here when zero).
+func (a *Aggregator) created(ev *eventgatev1.Event, raw []byte, t int64, pos uint64, h hash128, ws []Write) Decision {
 	if h == (hash128{}) {
 		h = hashKey(a.buf)
 	}
@@ -391,7 +398,7 @@ func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, po
 	w.Minutes = []MinuteCount{{Start: time.Unix(minuteOf(t)*60, 0).UTC(), Count: 1}}
 	ws = append(ws, w)
 	a.single.add(h, tenantOf(ev), t, pos, raw)
-	return Decision{Outcome: Created, UID: ev.GetUid(), Writes: ws}, nil
+	return Decision{Outcome: Created, UID: ev.GetUid(), Writes: ws}
 }
 
 // firstOccurrence returns singleton s's first occurrence, series cleared.

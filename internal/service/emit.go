@@ -126,52 +126,15 @@ func (s *Events) Emit(ctx context.Context, req *eventgatev1.EmitRequest) (*event
 // ends with Unavailable.
 func (s *Events) EmitStream(stream eventgatev1.EventService_EmitStreamServer) error {
 	ctx := stream.Context()
-	type pending struct {
-		id   string
-		wait func() ([]*eventgatev1.EmitResult, error)
-	}
-	acks := make(chan pending, 64) // batches in flight; bounds memory and applies back-pressure
+	acks := make(chan pendingAck, 64) // batches in flight; bounds memory and applies back-pressure
 	sendErr := make(chan error, 1)
-	go func() {
-		defer close(sendErr)
-		for p := range acks {
-			resp := &eventgatev1.EmitStreamResponse{BatchId: p.id}
-			results, err := p.wait()
-			if err != nil {
-				resp.Error = emitError(toStatus(s.log, "EmitStream", err))
-			} else {
-				resp.Results = results
-			}
-			if err := stream.Send(resp); err != nil {
-				sendErr <- err
-				for range acks { // drain so the receiver never blocks
-				}
-				return
-			}
-		}
-	}()
+	go s.sendAcks(stream, acks, sendErr)
 	// Receiving runs apart, so that a drain ends a stream whose emitter
 	// sends nothing; it stops at the stream's end or when this returns.
-	type received struct {
-		req *eventgatev1.EmitStreamRequest
-		err error
-	}
 	reqs := make(chan received)
 	done := make(chan struct{})
 	defer close(done)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			select {
-			case reqs <- received{req, err}:
-			case <-done:
-				return
-			}
-			if err != nil && !IsBadMessage(err) {
-				return
-			}
-		}
-	}()
+	go receive(stream, reqs, done)
 	var recvErr error
 	drained := false
 loop:
@@ -203,7 +166,7 @@ loop:
 			break loop
 		}
 		select {
-		case acks <- pending{id: r.req.GetBatchId(), wait: wait}:
+		case acks <- pendingAck{id: r.req.GetBatchId(), wait: wait}:
 		case err := <-sendErr:
 			close(acks)
 			return err
@@ -217,6 +180,57 @@ loop:
 		return toStatus(s.log, "EmitStream", ErrDraining)
 	}
 	return recvErr
+}
+
+// pendingAck is a batch an emit stream took: its id, and the wait for its
+// results.
+type pendingAck struct {
+	id   string
+	wait func() ([]*eventgatev1.EmitResult, error)
+}
+
+// sendAcks answers the batches of acks in order, each once its results are
+// in; it closes sendErr at the end, after sending it Send's error, if any
+// (then it drains acks, so that the receiver never blocks).
+func (s *Events) sendAcks(stream eventgatev1.EventService_EmitStreamServer, acks <-chan pendingAck, sendErr chan<- error) {
+	defer close(sendErr)
+	for p := range acks {
+		resp := &eventgatev1.EmitStreamResponse{BatchId: p.id}
+		results, err := p.wait()
+		if err != nil {
+			resp.Error = emitError(toStatus(s.log, "EmitStream", err))
+		} else {
+			resp.Results = results
+		}
+		if err := stream.Send(resp); err != nil {
+			sendErr <- err
+			for range acks { // drain so the receiver never blocks
+			}
+			return
+		}
+	}
+}
+
+// received is what one Recv of an emit stream returned.
+type received struct {
+	req *eventgatev1.EmitStreamRequest
+	err error
+}
+
+// receive passes what stream receives to reqs until the stream ends (an
+// error other than a refused message) or done is closed.
+func receive(stream eventgatev1.EventService_EmitStreamServer, reqs chan<- received, done <-chan struct{}) {
+	for {
+		req, err := stream.Recv()
+		select {
+		case reqs <- received{req, err}:
+		case <-done:
+			return
+		}
+		if err != nil && !IsBadMessage(err) {
+			return
+		}
+	}
 }
 
 // badMessageReason marks a request message the server read whole and
@@ -280,6 +294,20 @@ func (s *Events) emit(ctx context.Context, b batch) ([]*eventgatev1.EmitResult, 
 // startEmit validates a batch and starts publishing it; wait returns the
 // results once every event is durable.
 func (s *Events) startEmit(ctx context.Context, b batch) (func() ([]*eventgatev1.EmitResult, error), error) {
+	callerUID, err := s.admit(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Intake != nil {
+		return s.startIntake(ctx, b.events, callerUID, b.idemKey, b.counted)
+	}
+	return s.startPublish(ctx, b.events, callerUID, b.idemKey)
+}
+
+// admit validates and normalizes a batch, and checks that the caller may
+// emit it now (authorization, limits). callerUID[i] reports that the
+// caller named event i's uid.
+func (s *Events) admit(ctx context.Context, b batch) (callerUID []bool, err error) {
 	evs, def, idemKey := b.events, b.tenant, b.idemKey
 	if len(evs) == 0 {
 		return nil, invalid("events", "at least one event is required")
@@ -305,7 +333,7 @@ func (s *Events) startEmit(ctx context.Context, b batch) (func() ([]*eventgatev1
 		}
 	}
 	var vs []event.Violation
-	callerUID := make([]bool, len(evs))
+	callerUID = make([]bool, len(evs))
 	for i, ev := range evs {
 		if ev == nil {
 			vs = append(vs, event.Violation{Field: fmt.Sprintf("events[%d]", i), Description: "must not be null"})
@@ -327,9 +355,12 @@ func (s *Events) startEmit(ctx context.Context, b batch) (func() ([]*eventgatev1
 	if err := limitEmit(s.cfg.Limits, p, evs); err != nil {
 		return nil, err
 	}
-	if s.cfg.Intake != nil {
-		return s.startIntake(ctx, evs, callerUID, idemKey, b.counted)
-	}
+	return callerUID, nil
+}
+
+// startPublish publishes evs to the events stream as they are (no series
+// are folded); wait returns the results once every event is durable.
+func (s *Events) startPublish(ctx context.Context, evs []*eventgatev1.Event, callerUID []bool, idemKey string) (func() ([]*eventgatev1.EmitResult, error), error) {
 	ws := make([]wire.Write, len(evs))
 	for i, ev := range evs {
 		ws[i] = wire.Write{Event: ev, ID: event.MsgID(ev, callerUID[i], idemKey), Trace: ctx}

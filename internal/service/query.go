@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/event"
@@ -151,95 +153,15 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q query.List, empty bool, 
 			return q, false, err
 		}
 	}
-	in := func(vs ...string) query.StringSet {
-		var set query.StringSet
-		for _, v := range vs {
-			if v != "" {
-				set.In = append(set.In, v)
-			}
-		}
-		return set
+	if err := valueFilters(f, req); err != nil {
+		return q, false, err
 	}
-	// A field over the store's bound on the whole filter is named here;
-	// the store refuses the rest (several fields together) as "query".
-	var vs []event.Violation
-	for _, set := range []struct {
-		field string
-		vals  []string
-	}{
-		{"type", req.GetType()}, {"reason", req.GetReason()}, {"action", req.GetAction()},
-		{"reportingController", req.GetReportingController()}, {"reportingInstance", req.GetReportingInstance()},
-	} {
-		if len(set.vals) > query.MaxFilterValues {
-			vs = append(vs, event.Violation{Field: set.field, Description: fmt.Sprintf("must have at most %d values, got %d", query.MaxFilterValues, len(set.vals))})
-		}
+	if err := labelFilters(f, req.GetLabels()); err != nil {
+		return q, false, err
 	}
-	if len(vs) > 0 {
-		return q, false, &InvalidError{Violations: vs}
-	}
-	f.Namespace = in(req.GetNamespace())
-	f.Type = in(req.GetType()...)
-	f.Reason = in(req.GetReason()...)
-	f.Action = in(req.GetAction()...)
-	f.ReportingController = in(req.GetReportingController()...)
-	f.ReportingInstance = in(req.GetReportingInstance()...)
-	obj := func(o *eventgatev1.ObjectSelector) query.ObjectFilter {
-		return query.ObjectFilter{
-			APIVersion: in(o.GetApiVersion()), Kind: in(o.GetKind()), Namespace: in(o.GetNamespace()),
-			Name: in(o.GetName()), UID: in(o.GetUid()), FieldPath: in(o.GetFieldPath()),
-		}
-	}
-	f.Regarding, f.Related = obj(req.GetRegarding()), obj(req.GetRelated())
-	if inv := req.GetInvolving(); inv != nil {
-		o := obj(inv)
-		f.Involving = &o
-	}
-	keys := make([]string, 0, len(req.GetLabels()))
-	for k := range req.GetLabels() {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	if len(keys) > query.MaxFilterValues/2 {
-		return q, false, invalid("labels", "must have at most %d entries, got %d", query.MaxFilterValues/2, len(keys))
-	}
-	for _, k := range keys {
-		if k == "" {
-			return q, false, invalid("labels", "keys must not be empty")
-		}
-		f.Labels = append(f.Labels, query.LabelReq{Key: k, Op: "=", Values: []string{req.GetLabels()[k]}})
-	}
-	// Bounds outside the times events may have (event.MinTime, MaxTime) are
-	// no bound, or leave nothing: ClickHouse's DateTime64 cannot hold them,
-	// and year 1 is Go's zero time, which the store reads as "no bound"
-	// (until=0001-01-01 matched every event).
-	var noTime bool
-	if ts := req.GetSince(); ts != nil {
-		if !ts.IsValid() {
-			return q, false, invalid("since", "is not a valid time")
-		}
-		switch t := ts.AsTime(); {
-		case !t.Before(event.MaxTime):
-			noTime = true
-		case !t.Before(event.MinTime):
-			f.Since = t
-		}
-	}
-	if ts := req.GetUntil(); ts != nil {
-		if !ts.IsValid() {
-			return q, false, invalid("until", "is not a valid time")
-		}
-		switch t := ts.AsTime(); {
-		case !t.After(event.MinTime):
-			noTime = true
-		case !t.After(event.MaxTime):
-			f.Until = t
-		}
-	}
-	if noTime && req.GetSince() != nil && req.GetUntil() != nil && !req.GetSince().AsTime().Before(req.GetUntil().AsTime()) {
-		return q, false, invalid("until", "must be after since")
-	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
-		return q, false, invalid("until", "must be after since")
+	noTime, err := timeFilters(f, req.GetSince(), req.GetUntil())
+	if err != nil {
+		return q, false, err
 	}
 	if empty, err = applyFieldSelector(f, req.GetFieldSelector()); err != nil {
 		return q, false, err
@@ -264,6 +186,118 @@ func queryFromRequest(req *eventgatev1.QueryRequest) (q query.List, empty bool, 
 	q.PageSize = int(req.GetPageSize())
 	q.PageToken = req.GetPageToken()
 	return q, empty || noTime, nil
+}
+
+// nonEmpty is the set of vs that are not "".
+func nonEmpty(vs ...string) query.StringSet {
+	var set query.StringSet
+	for _, v := range vs {
+		if v != "" {
+			set.In = append(set.In, v)
+		}
+	}
+	return set
+}
+
+// objectFilter is the filter of an object selector.
+func objectFilter(o *eventgatev1.ObjectSelector) query.ObjectFilter {
+	return query.ObjectFilter{
+		APIVersion: nonEmpty(o.GetApiVersion()), Kind: nonEmpty(o.GetKind()), Namespace: nonEmpty(o.GetNamespace()),
+		Name: nonEmpty(o.GetName()), UID: nonEmpty(o.GetUid()), FieldPath: nonEmpty(o.GetFieldPath()),
+	}
+}
+
+// valueFilters sets f's filters on values: namespace, the fields that take
+// sets of values, and the objects.
+func valueFilters(f *query.Filter, req *eventgatev1.QueryRequest) error {
+	// A field over the store's bound on the whole filter is named here;
+	// the store refuses the rest (several fields together) as "query".
+	var vs []event.Violation
+	for _, set := range []struct {
+		field string
+		vals  []string
+	}{
+		{"type", req.GetType()}, {"reason", req.GetReason()}, {"action", req.GetAction()},
+		{"reportingController", req.GetReportingController()}, {"reportingInstance", req.GetReportingInstance()},
+	} {
+		if len(set.vals) > query.MaxFilterValues {
+			vs = append(vs, event.Violation{Field: set.field, Description: fmt.Sprintf("must have at most %d values, got %d", query.MaxFilterValues, len(set.vals))})
+		}
+	}
+	if len(vs) > 0 {
+		return &InvalidError{Violations: vs}
+	}
+	f.Namespace = nonEmpty(req.GetNamespace())
+	f.Type = nonEmpty(req.GetType()...)
+	f.Reason = nonEmpty(req.GetReason()...)
+	f.Action = nonEmpty(req.GetAction()...)
+	f.ReportingController = nonEmpty(req.GetReportingController()...)
+	f.ReportingInstance = nonEmpty(req.GetReportingInstance()...)
+	f.Regarding, f.Related = objectFilter(req.GetRegarding()), objectFilter(req.GetRelated())
+	if inv := req.GetInvolving(); inv != nil {
+		o := objectFilter(inv)
+		f.Involving = &o
+	}
+	return nil
+}
+
+// labelFilters adds to f a requirement per entry of labels (key=value), in
+// key order.
+func labelFilters(f *query.Filter, labels map[string]string) error {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if len(keys) > query.MaxFilterValues/2 {
+		return invalid("labels", "must have at most %d entries, got %d", query.MaxFilterValues/2, len(keys))
+	}
+	for _, k := range keys {
+		if k == "" {
+			return invalid("labels", "keys must not be empty")
+		}
+		f.Labels = append(f.Labels, query.LabelReq{Key: k, Op: "=", Values: []string{labels[k]}})
+	}
+	return nil
+}
+
+// timeFilters sets f's time range from since and until. noTime reports a
+// range that leaves nothing.
+//
+// Bounds outside the times events may have (event.MinTime, MaxTime) are
+// no bound, or leave nothing: ClickHouse's DateTime64 cannot hold them,
+// and year 1 is Go's zero time, which the store reads as "no bound"
+// (until=0001-01-01 matched every event).
+func timeFilters(f *query.Filter, since, until *timestamppb.Timestamp) (noTime bool, err error) {
+	if since != nil {
+		if !since.IsValid() {
+			return false, invalid("since", "is not a valid time")
+		}
+		switch t := since.AsTime(); {
+		case !t.Before(event.MaxTime):
+			noTime = true
+		case !t.Before(event.MinTime):
+			f.Since = t
+		}
+	}
+	if until != nil {
+		if !until.IsValid() {
+			return false, invalid("until", "is not a valid time")
+		}
+		switch t := until.AsTime(); {
+		case !t.After(event.MinTime):
+			noTime = true
+		case !t.After(event.MaxTime):
+			f.Until = t
+		}
+	}
+	if noTime && since != nil && until != nil && !since.AsTime().Before(until.AsTime()) {
+		return false, invalid("until", "must be after since")
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		return false, invalid("until", "must be after since")
+	}
+	return noTime, nil
 }
 
 // FieldSelectorKeys are the fields a field selector may name: every field the

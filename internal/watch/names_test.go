@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/natstest"
 )
@@ -17,15 +14,8 @@ import (
 // replica's watch feed and replays they are.
 func TestConsumersAreNamedAfterTheReplica(t *testing.T) {
 	ns := natstest.StartServer(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Connect(t, ns.ClientURL())
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := ejs.DefaultConfig()

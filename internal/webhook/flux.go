@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -239,24 +240,7 @@ func (h *handler) flux(w http.ResponseWriter, r *http.Request) {
 		writeBodyError(w, err, "")
 		return
 	}
-	var vs []event.Violation
-	var tenant *eventgatev1.Tenant
-	q := r.URL.Query()
-	if typ, name := q.Get("tenant.type"), q.Get("tenant.name"); typ != "" || name != "" {
-		tenant = &eventgatev1.Tenant{Type: typ, Name: name}
-		for _, v := range event.ValidateTenant(tenant) {
-			vs = append(vs, event.Violation{Field: "tenant." + v.Field, Description: v.Description})
-		}
-	}
-	typ := ""
-	switch in.Severity {
-	case SeverityInfo, SeverityTrace:
-		typ = event.TypeNormal
-	case SeverityError:
-		typ = event.TypeWarning
-	default:
-		vs = append(vs, event.Violation{Field: "severity", Description: fmt.Sprintf("must be %q, %q or %q, got %q", SeverityTrace, SeverityInfo, SeverityError, in.Severity)})
-	}
+	tenant, typ, vs := fluxTenantAndType(r.URL.Query(), in.Severity)
 	if len(vs) > 0 {
 		writeStatus(w, badRequest(vs...))
 		return
@@ -318,6 +302,27 @@ func (h *handler) flux(w http.ResponseWriter, r *http.Request) {
 		res.ConflictEvent = &lr.Items[0]
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// fluxTenantAndType are a Flux event's tenant (from the query, nil when it
+// names none) and its event type (from its severity), or what is wrong with
+// them.
+func fluxTenantAndType(q url.Values, severity string) (tenant *eventgatev1.Tenant, typ string, vs []event.Violation) {
+	if typ, name := q.Get("tenant.type"), q.Get("tenant.name"); typ != "" || name != "" {
+		tenant = &eventgatev1.Tenant{Type: typ, Name: name}
+		for _, v := range event.ValidateTenant(tenant) {
+			vs = append(vs, event.Violation{Field: "tenant." + v.Field, Description: v.Description})
+		}
+	}
+	switch severity {
+	case SeverityInfo, SeverityTrace:
+		typ = event.TypeNormal
+	case SeverityError:
+		typ = event.TypeWarning
+	default:
+		vs = append(vs, event.Violation{Field: "severity", Description: fmt.Sprintf("must be %q, %q or %q, got %q", SeverityTrace, SeverityInfo, SeverityError, severity)})
+	}
+	return tenant, typ, vs
 }
 
 // conflictEvent is the Warning event that reports metadata conflicts of ev:

@@ -4,63 +4,9 @@
 // build with scripts/fetch-chdb.sh (npm package @chdb/lib-linux-x64-gnu,
 // version Version).
 //
-// # Connections
-//
-// Open loads the library once per process and opens Options.PoolSize
-// connections to one data directory. The engine allows one storage path per
-// process, so a second Open with a different DataDir fails while any Engine
-// is open; Opens of the same directory share it. A connection runs one
-// statement at a time, so statements borrow a connection from a pool
-// (a buffered channel); a context cancelled while waiting for one returns
-// ctx.Err(). A statement, once started, runs to completion: the C API has no
-// cancellation for non-streaming queries.
-//
-// # Signal handlers
-//
-// chdb_connect installs process-wide handlers for SIGILL, SIGTRAP, SIGABRT,
-// SIGBUS, SIGFPE, SIGSEGV, SIGSYS and SIGRTMIN; with them in place a Go nil
-// dereference hangs instead of panicking. With the pinned library, calling
-// chdb_set_signal_handlers_enabled(0) around chdb_connect is not enough: it
-// leaves SIGILL…SIGSYS at SIG_DFL and SIGRTMIN with chDB's handler, so a nil
-// dereference then kills the process. Every connect therefore calls
-// chdb_set_signal_handlers_enabled(0) (when the symbol exists) before and
-// after chdb_connect and, in C, saves every catchable signal's sigaction
-// (1..SIGRTMAX) before the call and restores all of them after it.
-// TestNilDereferenceStillPanics proves the handlers are those installed
-// before Open and that a recovered nil dereference still panics normally
-// after Open and after queries. Queries do not reinstall handlers.
-//
-// # Query parameters
-//
-// Every user-supplied value must reach ClickHouse as a bound parameter, never
-// spliced into SQL text. The C API supports this directly:
-// chdb_query_with_params_n (chdb.h; exported by the pinned 26.5.3 library)
-// takes parallel arrays of parameter names and values with explicit byte
-// lengths. The engine binds them to {name:Type} placeholders exactly as the
-// server does for param_<name> over HTTP: the SQL text is parsed first and
-// the values are never part of it, so a value cannot change the statement.
-// Parameters are scoped to the one call (the library clears them on return),
-// so pooled connections carry no state between statements. This is safer
-// than the alternatives considered: `SET param_x = '…'` needs the value
-// quoted into SQL text and leaves state on the connection, and argv
-// --param_x= applies only at connect time.
-//
-// Values use ClickHouse's text ("escaped", TSV) representation, as over HTTP:
-// the engine reads them with deserializeTextEscaped, so a backslash starts an
-// escape sequence and a raw tab or newline is rejected. QueryParams passes
-// values through unchanged (so HTTP param_ values can be forwarded as is);
-// wrap raw Go strings with StringParam, which escapes \, tab, LF, CR and NUL.
-// The tests round-trip quotes, backslashes, newlines, "'; DROP TABLE x; --",
-// NUL bytes and invalid UTF-8 byte for byte and show the table survives.
-//
-// # Inserts
-//
-// Data inline in an INSERT is not binary-safe in chDB (it stops at the first
-// blank line, even with chdb_query_n), so InsertFile writes the payload to a
-// temporary file under DataDir/tmp and runs
-// `INSERT INTO {table:Identifier} (cols) SELECT * FROM file({path:String}, {format:String})`
-// with the table, path and format bound as parameters; the file is removed
-// afterwards. Never use DROP TABLE … SYNC with chDB: it does not return.
+// The connection pool, the signal handlers chdb_connect installs, bound
+// query parameters and binary-safe inserts are described in
+// docs/design/chdb.md.
 package chdb
 
 import (

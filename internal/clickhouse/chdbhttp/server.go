@@ -47,6 +47,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -198,6 +199,8 @@ func writeError(w http.ResponseWriter, err error) {
 	io.WriteString(w, body)
 }
 
+// serve answers one request: the statement from the query or the body, run
+// on the engine, its output in the format asked.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	args := r.URL.Query()
@@ -227,30 +230,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) error {
 		return fixtureError(codeBadArguments, "BAD_ARGUMENTS", "empty query")
 	}
 
-	params := map[string]string{}
-	for k, vs := range args {
-		if name, ok := strings.CutPrefix(k, "param_"); ok && len(vs) > 0 {
-			params[name] = vs[0]
-		}
-	}
-
-	format := args.Get("default_format")
-	if format == "" {
-		format = "TabSeparated"
-	}
-
-	var res *chdb.Result
-	if len(data) > 0 {
-		ins, ok := parseInsert(sql)
-		if !ok {
-			return fixtureError(codeNotImplemented, "NOT_IMPLEMENTED",
-				"a request body after the query must be the data of INSERT INTO t [(cols)] FORMAT <format>")
-		}
-		res, err = s.e.InsertFileResult(ctx, ins.table, ins.columns, ins.format, data)
-		format = ins.format
-	} else {
-		res, err = s.e.Do(ctx, sql, params, format)
-	}
+	res, format, err := s.run(ctx, args, sql, data)
 	if err != nil {
 		return err
 	}
@@ -266,6 +246,47 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 
+	return respond(w, r, args, info, res, out, format)
+}
+
+// run runs sql, with the data of an INSERT when there is some, and returns
+// the result and its format.
+func (s *Server) run(ctx context.Context, args url.Values, sql string, data []byte) (*chdb.Result, string, error) {
+	params := map[string]string{}
+	for k, vs := range args {
+		if name, ok := strings.CutPrefix(k, "param_"); ok && len(vs) > 0 {
+			params[name] = vs[0]
+		}
+	}
+
+	format := args.Get("default_format")
+	if format == "" {
+		format = "TabSeparated"
+	}
+
+	var res *chdb.Result
+	var err error
+	if len(data) > 0 {
+		ins, ok := parseInsert(sql)
+		if !ok {
+			return nil, "", fixtureError(codeNotImplemented, "NOT_IMPLEMENTED",
+				"a request body after the query must be the data of INSERT INTO t [(cols)] FORMAT <format>")
+		}
+		res, err = s.e.InsertFileResult(ctx, ins.table, ins.columns, ins.format, data)
+		format = ins.format
+	} else {
+		res, err = s.e.Do(ctx, sql, params, format)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return res, format, nil
+}
+
+// respond answers res, whose output is out in format, with ClickHouse's
+// headers, compressed as args and the request ask.
+func respond(w http.ResponseWriter, r *http.Request, args url.Values, info serverInfo, res *chdb.Result, out []byte, format string) error {
+	var err error
 	h := w.Header()
 	h.Set("Content-Type", contentType(format))
 	h.Set("X-ClickHouse-Format", format)

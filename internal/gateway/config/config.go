@@ -258,7 +258,9 @@ func (l listValue) Set(s string) error {
 	return nil
 }
 
-// flags binds every setting of c to a flag.
+// flags binds every setting of c to a flag. It is a flat list on purpose,
+// one line a flag: split by section, a reader looking for a flag would
+// have more places to look, not fewer.
 func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.StringVar(configPath, "config", "", "optional YAML configuration file")
