@@ -112,33 +112,44 @@ func sameKey(a, b result) bool {
 // come from analytics_events, which is in time order (listIndexed).
 func (s *Store) listKeys(ctx context.Context, q query.List, rv uint64, cur *pageToken, want int) ([]result, error) {
 	if !s.indexed(q) {
-		return s.listEvents(ctx, q, rv, cur, want)
+		return s.listEvents(ctx, q, rv, cur, want, "")
 	}
 	// The events table answers a small scope best (a small tenant's rows
 	// are one short range of its key), analytics_events a large one. The
-	// engine knows which from its index before it reads anything: EXPLAIN
-	// ESTIMATE gives the rows the events table would read. (Asking the
-	// read itself to refuse more than probeRows rows, as before, let the
-	// engine start reading before it refused: 0.1-0.45 s of a cold
-	// listing, measured on the 10M-event dashboard store.)
+	// engine knows which from its index before it reads anything: the
+	// events table is asked to refuse a read of more than probeRows rows.
+	// (The refusal needs the primary index of every events part: a new
+	// process loaded them in the first listing, 0.1-0.45 s on the 10M-event
+	// dashboard store; the store's prewarm loads them now, prewarm.go.)
 	if probe := s.probeRows; probe > 0 {
 		if l, ok := query.ReadLimitsFrom(ctx); ok && l.MaxRowsToRead > 0 {
 			probe = min(probe, l.MaxRowsToRead)
 		}
-		sql, params := s.querySQL(q, rv, cur, want)
-		n, err := s.estimateRows(ctx, sql, params)
-		if err != nil {
-			return nil, err
-		}
-		if n <= uint64(probe) {
-			return s.listEvents(ctx, q, rv, cur, want)
+		keys, err := s.listEvents(ctx, q, rv, cur, want, ", max_rows_to_read = "+strconv.FormatInt(probe, 10)+", read_overflow_mode = 'throw'")
+		if err == nil || !tooManyRows(err) {
+			return keys, err
 		}
 	}
 	return s.listIndexed(ctx, q, rv, cur, want)
 }
 
+// probeRows (the default of Store.probeRows): a newest-first listing whose
+// rows in the events table are more than this reads its keys from
+// analytics_events. Reading this many
+// takes the events table about what the two steps of listIndexed take
+// (measured on the 1M-event dashboard store: a 14 ms small tenant vs 52 ms
+// through the index; 500k rows 43 ms).
+const probeRows = 256 << 10
+
+// tooManyRows: err is the engine refusing a read over max_rows_to_read.
+func tooManyRows(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "TOO_MANY_ROWS") || strings.Contains(msg, "max_rows_to_read")
+}
+
 // estimateRows returns the rows a SELECT would read, as the engine
-// estimates them from its indexes without reading (EXPLAIN ESTIMATE).
+// estimates them from its indexes without reading (EXPLAIN ESTIMATE): the
+// prewarm has it analyse the primary indexes.
 func (s *Store) estimateRows(ctx context.Context, sql string, params map[string]string) (uint64, error) {
 	rs, err := s.t.query(ctx, "EXPLAIN ESTIMATE "+sql, params)
 	if err != nil {
@@ -160,20 +171,20 @@ func (s *Store) estimateRows(ctx context.Context, sql string, params map[string]
 	return total, nil
 }
 
-// probeRows (the default of Store.probeRows): a newest-first listing whose
-// rows in the events table are more than this reads its keys from
-// analytics_events. Reading this many
-// takes the events table about what the two steps of listIndexed take
-// (measured on the 1M-event dashboard store: a 14 ms small tenant vs 52 ms
-// through the index; 500k rows 43 ms).
-const probeRows = 256 << 10
-
-// listEvents is listKeys from the events table.
-func (s *Store) listEvents(ctx context.Context, q query.List, rv uint64, cur *pageToken, want int) ([]result, error) {
+// listEvents is listKeys from the events table; settings are added to
+// its SETTINGS clause.
+func (s *Store) listEvents(ctx context.Context, q query.List, rv uint64, cur *pageToken, want int, settings string) ([]result, error) {
 	chunk := want + want/8 + 8
 	var keys []result
 	for {
 		sql, params := s.querySQL(q, rv, cur, chunk)
+		if settings != "" {
+			if s.selectSettings == "" {
+				sql += " SETTINGS " + strings.TrimPrefix(settings, ", ")
+			} else {
+				sql += settings
+			}
+		}
 		res, err := s.read(ctx, sql, params)
 		if err != nil {
 			return nil, err

@@ -9,7 +9,7 @@ import (
 
 // The first newest-first listing in a process paid for what the engine
 // loads on first use: the primary indexes of every part of the events table
-// (the size estimate analyses them), the marks and newest granules of
+// (the size probe's refusal analyses them), the marks and newest granules of
 // analytics_events, the uid skip index and marks of the newest events part,
 // and the engine's own code paths. Measured on the 10M-event dashboard
 // store, the first listing of a new process took 0.5-0.9 s, and 0.1-0.3 s
@@ -33,7 +33,8 @@ func (s *Store) startPrewarm() {
 
 func (s *Store) prewarm(ctx context.Context) error {
 	// A tenant condition makes the estimate analyse every part's primary
-	// index, as a tenant's listing does.
+	// index, as the size probe of a listing does; the estimate reads
+	// nothing else.
 	q := query.List{Scope: query.Scope{Tenants: []query.TenantRef{{Type: "", Name: ""}}}, PageSize: 1}
 	sql, params := s.querySQL(q, math.MaxUint64, nil, 2)
 	if _, err := s.estimateRows(ctx, sql, params); err != nil {
