@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,25 +123,7 @@ func BenchmarkDashboard(b *testing.B) {
 	// A first page is read at the store's ingest floor: every stored version
 	// is at or below it.
 	rv := uint64(dbench.n)*3 + 3
-	big := query.Scope{Tenants: []query.TenantRef{bigTenant}}
-	lists := []struct {
-		name  string
-		scope query.Scope
-		f     func() query.Filter
-	}{
-		{"big", big, func() query.Filter { return query.Filter{} }},
-		{"all", all, func() query.Filter { return query.Filter{} }},
-		{"all/warning", all, func() query.Filter { return query.Filter{Type: set("Warning")} }},
-		{"all/pods", all, func() query.Filter { return query.Filter{Regarding: query.ObjectFilter{Kind: set("Pod")}} }},
-		{"all/reason", all, func() query.Filter { return query.Filter{Reason: set(fmt.Sprintf("Reason%d", rng.IntN(50)))} }},
-		{"big/1h/warning", big, func() query.Filter {
-			return query.Filter{Type: set("Warning"), Since: dbench.end.Add(-time.Hour - time.Duration(rng.IntN(600))*time.Second)}
-		}},
-		{"all/1h/warning", all, func() query.Filter {
-			return query.Filter{Type: set("Warning"), Since: dbench.end.Add(-time.Hour - time.Duration(rng.IntN(600))*time.Second)}
-		}},
-		{"small", query.Scope{}, nil},
-	}
+	lists := dashboardLists(rng, dbench.end)
 	for _, layout := range []string{"events", "indexed"} {
 		for _, l := range lists {
 			b.Run("Newest100/"+l.name+"/"+layout, func(b *testing.B) {
@@ -167,6 +150,193 @@ func BenchmarkDashboard(b *testing.B) {
 		}
 	}
 	runDashboardAnalytics(b, s)
+}
+
+// dashboardList is one newest-100 shape of BenchmarkDashboard: a scope
+// and a filter (nil: a random small tenant, no filter).
+type dashboardList struct {
+	name  string
+	scope query.Scope
+	f     func() query.Filter
+}
+
+// dashboardLists are the newest-100 shapes on a store whose events end
+// at end.
+func dashboardLists(rng *rand.Rand, end time.Time) []dashboardList {
+	big := query.Scope{Tenants: []query.TenantRef{bigTenant}}
+	return []dashboardList{
+		{"big", big, func() query.Filter { return query.Filter{} }},
+		{"all", all, func() query.Filter { return query.Filter{} }},
+		{"all/warning", all, func() query.Filter { return query.Filter{Type: set("Warning")} }},
+		{"all/pods", all, func() query.Filter { return query.Filter{Regarding: query.ObjectFilter{Kind: set("Pod")}} }},
+		{"all/reason", all, func() query.Filter { return query.Filter{Reason: set(fmt.Sprintf("Reason%d", rng.IntN(50)))} }},
+		{"big/1h/warning", big, func() query.Filter {
+			return query.Filter{Type: set("Warning"), Since: end.Add(-time.Hour - time.Duration(rng.IntN(600))*time.Second)}
+		}},
+		{"all/1h/warning", all, func() query.Filter {
+			return query.Filter{Type: set("Warning"), Since: end.Add(-time.Hour - time.Duration(rng.IntN(600))*time.Second)}
+		}},
+		{"small", query.Scope{}, nil},
+	}
+}
+
+// BenchmarkDashboardCold measures the first newest-100 listing of the
+// dashboard store in a new process, one shape a process, on a store
+// generated before (by BenchmarkDashboard; generated here otherwise, which
+// warms it). Nothing else reads the store first: its end is read from the
+// parts' metadata. The operating system's page cache is warm. Two kinds:
+//
+//   - <shape>/open: right after the store opened, while its prewarm
+//     (prewarm.go) may still run;
+//   - <shape>/prewarmed: once the prewarm has ended (about what a gateway
+//     up for a second meets).
+//
+// One shape a process:
+//
+//	for s in big all all_warning all_pods all_reason big_1h_warning all_1h_warning; do
+//	  EVENTGATE_BENCH_EVENTS=10000000 EVENTGATE_TEST_CHDB_DIR=/tmp/eg-dash10 go test -run '^$' \
+//	    -bench "BenchmarkDashboardCold/^$s\$/^prewarmed\$" -benchtime 1x ./internal/clickhouse/
+//	done
+func BenchmarkDashboardCold(b *testing.B) {
+	ctx := context.Background()
+	s, end, opened := openColdDashboard(b)
+	n := benchEvents()
+	rv := uint64(n)*3 + 3
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, l := range dashboardLists(rng, end) {
+		if l.f == nil {
+			continue
+		}
+		// One level of names for the shape (a pattern's slashes separate
+		// levels).
+		b.Run(strings.ReplaceAll(l.name, "/", "_"), func(b *testing.B) {
+			for _, kind := range []string{"open", "prewarmed"} {
+				b.Run(kind, func(b *testing.B) {
+					if kind == "prewarmed" {
+						<-s.prewarmDone
+						b.Logf("prewarmed %v after open", time.Since(opened).Round(time.Millisecond))
+					}
+					var lat latencies
+					for i := 0; i < b.N; i++ {
+						q := query.List{Scope: l.scope, PageSize: 100, Filter: l.f()}
+						start := time.Now()
+						p, err := s.Query(ctx, q, rv)
+						lat = append(lat, time.Since(start))
+						if err != nil || len(p.Events) == 0 {
+							b.Fatalf("%d events, %v", len(p.Events), err)
+						}
+					}
+					b.ReportMetric(float64(lat[0])/float64(time.Millisecond), "first_ms")
+					lat.report(b)
+				})
+			}
+		})
+	}
+}
+
+// openColdDashboard opens the dashboard store without reading it: its
+// end comes from the parts' metadata (a store not generated yet is
+// generated, which warms it).
+func openColdDashboard(b *testing.B) (*Store, time.Time, time.Time) {
+	b.Helper()
+	ctx := context.Background()
+	n := benchEvents()
+	cfg := DefaultConfig()
+	cfg.Database = fmt.Sprintf("dashboard_bench_%d", n)
+	cfg.RollupInterval = 0
+	opened := time.Now()
+	s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := newParams()
+	rs, err := s.t.query(ctx, "SELECT toInt64(toUnixTimestamp(max(max_time))), toUInt64(count()) FROM system.parts "+
+		"WHERE active AND database = "+p.str(cfg.Database)+" AND table = 'analytics_events'", p.m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var endS int64
+	var parts uint64
+	for rs.Next() {
+		rs.Scan(&endS, &parts)
+	}
+	rs.Close()
+	if parts == 0 {
+		s.Close()
+		setupDashboardBench(b)
+		return dbench.store, dbench.end, opened
+	}
+	b.Cleanup(func() { s.Close() })
+	// The parts' metadata holds whole seconds: a window's start moves by
+	// less than a second.
+	return s, time.Unix(endS+1, 0), opened
+}
+
+// BenchmarkDashboardAnalyticsCold measures the first analytics read of a
+// new process, one a process, once the store's prewarm has ended: facets,
+// top 10 reasons and the histogram by type, over 24 hours and 30 days, for
+// the large tenant and every tenant, from the per-minute tables alone
+// (minutes) or with the hourly rollups (rollup). One a process:
+//
+//	for q in Facets5 Top10Reasons HistogramByType; do for w in 24h 30d; do for sc in big all; do for l in minutes rollup; do
+//	  EVENTGATE_BENCH_EVENTS=10000000 EVENTGATE_TEST_CHDB_DIR=/tmp/eg-dash10 go test -run '^$' \
+//	    -bench "BenchmarkDashboardAnalyticsCold/^$q$/^$w$/^$sc$/^$l\$" -benchtime 1x ./internal/clickhouse/
+//	done; done; done; done
+func BenchmarkDashboardAnalyticsCold(b *testing.B) {
+	ctx := context.Background()
+	s, end, _ := openColdDashboard(b)
+	<-s.prewarmDone
+	scopes := map[string]query.Scope{"big": {Tenants: []query.TenantRef{bigTenant}}, "all": all}
+	reads := []struct {
+		name string
+		f    func(query.Analytics) (int64, error)
+	}{
+		{"Facets5", func(aq query.Analytics) (int64, error) {
+			f, err := s.Facets(ctx, query.FacetsRequest{Analytics: aq})
+			return f.Total, err
+		}},
+		{"Top10Reasons", func(aq query.Analytics) (int64, error) {
+			t, err := s.Top(ctx, query.TopRequest{Analytics: aq, Dimension: query.DimReason})
+			return t.Total, err
+		}},
+		{"HistogramByType", func(aq query.Analytics) (int64, error) {
+			h, err := s.Histogram(ctx, query.HistogramRequest{Analytics: aq, GroupBy: []string{query.DimType}})
+			return h.Total, err
+		}},
+	}
+	for _, r := range reads {
+		b.Run(r.name, func(b *testing.B) {
+			for _, w := range []struct {
+				name string
+				d    time.Duration
+			}{{"24h", 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}} {
+				b.Run(w.name, func(b *testing.B) {
+					for _, scName := range []string{"big", "all"} {
+						b.Run(scName, func(b *testing.B) {
+							for _, layout := range []string{"minutes", "rollup"} {
+								b.Run(layout, func(b *testing.B) {
+									s.noRollup = layout == "minutes"
+									defer func() { s.noRollup = false }()
+									var lat latencies
+									for i := 0; i < b.N; i++ {
+										aq := query.Analytics{Scope: scopes[scName], Filter: query.Filter{Since: end.Add(-w.d), Until: end}}
+										start := time.Now()
+										n, err := r.f(aq)
+										lat = append(lat, time.Since(start))
+										if err != nil || n == 0 {
+											b.Fatalf("%d occurrences, %v", n, err)
+										}
+									}
+									b.ReportMetric(float64(lat[0])/float64(time.Millisecond), "first_ms")
+									lat.report(b)
+								})
+							}
+						})
+					}
+				})
+			}
+		})
+	}
 }
 
 func runDashboardAnalytics(b *testing.B, s *Store) {

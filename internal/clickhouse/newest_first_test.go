@@ -124,3 +124,33 @@ func timestampAt(t time.Time) *timestamppb.Timestamp {
 }
 
 func cloneEvent(e *eventgatev1.Event) *eventgatev1.Event { return proto.Clone(e).(*eventgatev1.Event) }
+
+// TestPrewarmReadsEmptyAndFilledStores: the read a store makes after open
+// to warm the engine (prewarm.go) succeeds on a new, empty database and on
+// one holding events, and Close ends it.
+func TestPrewarmReadsEmptyAndFilledStores(t *testing.T) {
+	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
+		cfg := DefaultConfig()
+		cfg.Database = ""
+		s := open(cfg)
+		<-s.prewarmDone
+		if s.prewarmErr != nil {
+			t.Fatalf("prewarm of an empty store: %v", s.prewarmErr)
+		}
+		insert(t, s, 1, mkEvent("a", 1), mkEvent("b", 2))
+		filled := open(cfg)
+		<-filled.prewarmDone
+		if filled.prewarmErr != nil {
+			t.Fatalf("prewarm of a store with events: %v", filled.prewarmErr)
+		}
+		again := open(cfg)
+		if err := again.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-again.prewarmDone:
+		default:
+			t.Fatal("Close returned before the prewarm ended")
+		}
+	})
+}

@@ -64,6 +64,12 @@ type Store struct {
 	// when it has ended (nil without a loop).
 	stopRollup context.CancelFunc
 	rollupDone chan struct{}
+	// stopPrewarm ends the read that warms the engine after open
+	// (prewarm.go); prewarmDone is closed when it has ended.
+	stopPrewarm context.CancelFunc
+	prewarmDone chan struct{}
+	// prewarmErr is the prewarm's error (read it after prewarmDone).
+	prewarmErr error
 }
 
 // events is the quoted events table.
@@ -158,6 +164,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger, t transport) (*Stor
 	if cfg.RollupInterval > 0 {
 		s.startRollup(cfg.RollupInterval)
 	}
+	s.startPrewarm()
 	log.Info("clickhouse store open", "transport", t.kind(), "database", cfg.Database, "schema_version", latestMigration)
 	return s, nil
 }
@@ -184,6 +191,10 @@ func (s *Store) Ping(ctx context.Context) error { return s.t.ping(ctx) }
 // Close stops the background rollups and closes the transport (and the
 // embedded engine Open opened).
 func (s *Store) Close() error {
+	if s.stopPrewarm != nil {
+		s.stopPrewarm()
+		<-s.prewarmDone
+	}
 	if s.stopRollup != nil {
 		s.stopRollup()
 		<-s.rollupDone
