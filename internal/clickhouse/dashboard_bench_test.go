@@ -216,7 +216,7 @@ func BenchmarkDashboardCold(b *testing.B) {
 						<-s.prewarmDone
 						b.Logf("prewarmed %v after open", time.Since(opened).Round(time.Millisecond))
 					}
-					var lat latencies
+					var lat chtest.Latencies
 					for i := 0; i < b.N; i++ {
 						q := query.List{Scope: l.scope, PageSize: 100, Filter: l.f()}
 						start := time.Now()
@@ -227,7 +227,7 @@ func BenchmarkDashboardCold(b *testing.B) {
 						}
 					}
 					b.ReportMetric(float64(lat[0])/float64(time.Millisecond), "first_ms")
-					lat.report(b)
+					lat.Report(b)
 				})
 			}
 		})
@@ -245,7 +245,7 @@ func openColdDashboard(b *testing.B) (*Store, time.Time, time.Time) {
 	cfg.Database = fmt.Sprintf("dashboard_bench_%d", n)
 	cfg.RollupInterval = 0
 	opened := time.Now()
-	s, err := OpenEngine(ctx, engine(b), cfg, testLogger(b))
+	s, err := OpenEngine(ctx, chtest.Engine(b), cfg, chtest.Logger(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -317,7 +317,7 @@ func BenchmarkDashboardAnalyticsCold(b *testing.B) {
 								b.Run(layout, func(b *testing.B) {
 									s.noRollup = layout == "minutes"
 									defer func() { s.noRollup = false }()
-									var lat latencies
+									var lat chtest.Latencies
 									for i := 0; i < b.N; i++ {
 										aq := query.Analytics{Scope: scopes[scName], Filter: query.Filter{Since: end.Add(-w.d), Until: end}}
 										start := time.Now()
@@ -328,7 +328,7 @@ func BenchmarkDashboardAnalyticsCold(b *testing.B) {
 										}
 									}
 									b.ReportMetric(float64(lat[0])/float64(time.Millisecond), "first_ms")
-									lat.report(b)
+									lat.Report(b)
 								})
 							}
 						})
