@@ -281,17 +281,27 @@ func (g *Gateway) Stop() error {
 
 // SaveHeapProfile writes the gateway's heap profile to path.
 func (g *Gateway) SaveHeapProfile(ctx context.Context, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.DebugURL+"/debug/pprof/heap", nil)
+	return g.saveProfile(ctx, "heap", path)
+}
+
+// SaveCPUProfile samples the gateway's CPU for d (pprof) and writes the
+// profile to path.
+func (g *Gateway) SaveCPUProfile(ctx context.Context, d time.Duration, path string) error {
+	return g.saveProfile(ctx, "profile?seconds="+strconv.Itoa(int(max(d/time.Second, 1))), path)
+}
+
+func (g *Gateway) saveProfile(ctx context.Context, name, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.DebugURL+"/debug/pprof/"+name, nil)
 	if err != nil {
 		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("heap profile: %w", err)
+		return fmt.Errorf("%s profile: %w", name, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("heap profile: %s", resp.Status)
+		return fmt.Errorf("%s profile: %s", name, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -299,7 +309,7 @@ func (g *Gateway) SaveHeapProfile(ctx context.Context, path string) error {
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		f.Close()
-		return fmt.Errorf("heap profile: %w", err)
+		return fmt.Errorf("%s profile: %w", name, err)
 	}
 	return f.Close()
 }

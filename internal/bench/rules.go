@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -126,7 +127,22 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 	var without, with, notify []float64
 	var notified int
 	run := func(name string, i int) (float64, bool) {
+		// With -profile, the first run of each kind is sampled (pprof, the
+		// same overhead in both).
+		var profiled chan error
+		path := filepath.Join(r.cfg.WorkDir, "cpu."+name+".pb.gz")
+		if r.cfg.Profile && i == 0 {
+			profiled = make(chan error, 1)
+			go func() { profiled <- g.SaveCPUProfile(ctx, sc.LatencyDuration, path) }()
+		}
 		l, err := RunLatency(ctx, g, ws, NewWorkload(name+strconv.Itoa(i)), rate, sc.LatencyDuration)
+		if profiled != nil {
+			if perr := <-profiled; perr != nil {
+				r.logf("rules: CPU profile: %v", perr)
+			} else {
+				r.logf("rules: CPU profile of run %d %s: %s", i+1, name, path)
+			}
+		}
 		if err != nil {
 			fail(err)
 			return 0, false
