@@ -73,7 +73,7 @@ func benchFeed(b *testing.B, nrules int) {
 	var uids []string
 	tenantShard := map[string]int{}
 	cfg := DefaultConfig()
-	cfg.Shards, cfg.Checkpoint, cfg.ReplicaID = feedShards, 50*time.Millisecond, "bench"
+	cfg.Shards, cfg.ReplicaID = feedShards, "bench"
 	shardOf := (&Engine{cfg: cfg}).ShardOf
 	for i := 0; i < nrules; i++ {
 		team := "team-none"
