@@ -27,8 +27,11 @@ const maxSeriesTracked = 10000
 // Every time in it is log time: the stream's timestamps, so that a replay
 // after a takeover decides exactly what the first run decided.
 type ruleState struct {
-	UID    string                 `json:"uid"`
-	Cond   string                 `json:"cond"` // the condition it is the state of
+	UID  string `json:"uid"`
+	Cond string `json:"cond"` // the condition it is the state of
+	// Start is the first stream sequence the rule evaluates: the stream's
+	// next when its shard took it in (0 in checkpoints written before).
+	Start  uint64                 `json:"start,omitempty"`
 	Groups map[string]*groupState `json:"groups,omitempty"`
 	// Series: series uid → when the rule fired for it.
 	Series map[string]time.Time `json:"series,omitempty"`

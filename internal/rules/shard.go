@@ -8,14 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"text/template"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
-	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
@@ -54,6 +55,11 @@ type shard struct {
 	// evaluation does not wait for each, but a checkpoint waits for all,
 	// so that one never covers an event whose notification may be lost.
 	queued []jetstream.PubAckFuture
+	// feed reads the events of the shard's tenants (nil: no rule, nothing
+	// to read); refeed fires when the tenants changed and the feed is to
+	// follow them.
+	feed   *feed
+	refeed <-chan time.Time
 }
 
 // maxQueued bounds the notifications in flight before evaluation waits.
@@ -112,10 +118,15 @@ func (sh *shard) checkpoint(ctx context.Context) error {
 	return nil
 }
 
-// sync brings the shard's rules in line with the store.
-func (sh *shard) sync(all []*Rule) {
+// sync brings the shard's rules in line with the store. A rule new to the
+// shard (or whose condition changed) starts at the events stored after
+// now: it does not evaluate older ones, even those the shard has yet to
+// read. Its start is checkpointed before it evaluates anything, so that
+// an owner taking over replays what it evaluated, from the same start.
+func (sh *shard) sync(ctx context.Context, all []*Rule) error {
 	rules := map[string]*compiled{}
 	byTen := map[Tenant][]*compiled{}
+	var next uint64 // the stream's next sequence, asked once
 	for _, r := range all {
 		if sh.e.ShardOf(r.UID) != sh.n {
 			continue
@@ -138,8 +149,15 @@ func (sh *shard) sync(all []*Rule) {
 		st := sh.state.Rules[r.UID]
 		if st == nil || st.Cond != c.cond {
 			// A new rule, or a new condition: the old state means nothing.
+			if next == 0 {
+				info, err := sh.e.events.Info(ctx)
+				if err != nil {
+					return fmt.Errorf("events stream info: %w", err)
+				}
+				next = max(info.State.LastSeq, sh.state.Seq) + 1
+			}
 			st = newRuleState(r.UID)
-			st.Cond = c.cond
+			st.Cond, st.Start = c.cond, next
 			sh.state.Rules[r.UID] = st
 			sh.dirty = true
 		}
@@ -151,55 +169,44 @@ func (sh *shard) sync(all []*Rule) {
 		}
 	}
 	sh.rules, sh.byTen = rules, byTen
+	if next != 0 {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := sh.checkpoint(cctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("checkpoint the rules taken in: %w", err)
+		}
+	}
 	sh.e.setEvaluating(sh.n, rules)
+	return nil
 }
 
 // run evaluates the shard from its checkpoint until ctx ends.
 func (sh *shard) run(ctx context.Context) error {
+	defer sh.stopFeed()
 	all, changed := sh.e.store.Snapshot()
-	sh.sync(all)
-	info, err := sh.e.events.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("events stream info: %w", err)
+	if err := sh.sync(ctx, all); err != nil {
+		return err
 	}
-	sh.caughtUp = info.State.LastSeq <= sh.state.Seq
-	cons, err := sh.e.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{ejs.SubjectsAll},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    sh.state.Seq + 1,
-	})
-	if err != nil {
-		return fmt.Errorf("events consumer: %w", err)
+	if err := sh.follow(ctx); err != nil {
+		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(512))
-	if err != nil {
-		return fmt.Errorf("events consumer: %w", err)
-	}
-	msgs := make(chan jetstream.Msg, 256)
-	readDone := make(chan error, 1)
-	go func() {
-		for {
-			m, err := it.Next()
-			if err != nil {
-				readDone <- err
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				readDone <- ctx.Err()
-				return
-			}
-		}
-	}()
-	defer func() {
-		it.Stop()
-	}()
 	tick := time.NewTicker(sh.e.cfg.Tick)
 	defer tick.Stop()
 	ckpt := time.NewTicker(sh.e.cfg.Checkpoint)
 	defer ckpt.Stop()
 	for {
+		var msgs <-chan jetstream.Msg
+		var readDone <-chan error
+		if sh.feed != nil {
+			readDone = sh.feed.done
+			if sh.refeed == nil {
+				// Paused while a new feed is due: handling on would move
+				// the checkpoint past events of a tenant the new feed
+				// adds, which it would then start after.
+				msgs = sh.feed.msgs
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -214,7 +221,18 @@ func (sh *shard) run(ctx context.Context) error {
 			}
 		case <-changed:
 			all, changed = sh.e.store.Snapshot()
-			sh.sync(all)
+			if err := sh.sync(ctx, all); err != nil {
+				return err
+			}
+			if sh.refeed == nil && !slices.Equal(sh.subjects(), sh.feed.subjectsOrNil()) {
+				// Rules come in bursts (an apply of many): the feed
+				// follows their tenants once the burst is in.
+				sh.refeed = time.After(refeedDelay)
+			}
+		case <-sh.refeed:
+			if err := sh.follow(ctx); err != nil {
+				return err
+			}
 		case now := <-tick.C:
 			if !sh.caughtUp {
 				continue
@@ -267,12 +285,18 @@ func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
 	if len(rules) == 0 {
 		return nil
 	}
-	ev, err := event.Unmarshal(m.Data())
-	if err != nil {
-		return nil // not an event: nothing to evaluate
-	}
+	var ev *eventgatev1.Event
 	for _, c := range rules {
 		r := c.rule
+		st := sh.state.Rules[r.UID]
+		if seq < st.Start {
+			continue // stored before the rule was taken in
+		}
+		if ev == nil {
+			if ev, err = event.Unmarshal(m.Data()); err != nil {
+				return nil // not an event: nothing to evaluate
+			}
+		}
 		if !r.sees(ev) {
 			continue
 		}
@@ -281,7 +305,7 @@ func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
 		if !matched && !resolves {
 			continue
 		}
-		if err := sh.publish(ctx, c, r.evaluate(sh.state.Rules[r.UID], ev, t, matched, resolves)); err != nil {
+		if err := sh.publish(ctx, c, r.evaluate(st, ev, t, matched, resolves)); err != nil {
 			return err
 		}
 	}
