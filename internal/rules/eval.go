@@ -29,9 +29,10 @@ const maxSeriesTracked = 10000
 type ruleState struct {
 	UID  string `json:"uid"`
 	Cond string `json:"cond"` // the condition it is the state of
-	// Start is the first stream sequence the rule evaluates: the stream's
-	// next when its shard took it in (0 in checkpoints written before).
-	Start  uint64                 `json:"start,omitempty"`
+	// Since: the rule evaluates the events stored at or after it, the
+	// time its condition was stored (zero in checkpoints written before:
+	// every event read after the shard took it in).
+	Since  time.Time              `json:"since,omitzero"`
 	Groups map[string]*groupState `json:"groups,omitempty"`
 	// Series: series uid → when the rule fired for it.
 	Series map[string]time.Time `json:"series,omitempty"`

@@ -19,7 +19,7 @@ import (
 // its tenant, and a shard without rules reads nothing. When the tenants
 // change, the feed is recreated from the event after the last one handled:
 // the rules already in the shard miss nothing and see nothing twice, and
-// a rule just taken in skips what was stored before its start.
+// a rule just taken in skips what was stored before it.
 
 // maxFeedSubjects bounds a shard's filter: past it, the shard reads the
 // whole stream and skips the other tenants' events by their subject (the
@@ -66,8 +66,7 @@ func (sh *shard) subjects() []string {
 }
 
 // follow makes the feed read the tenants of the shard's rules, from the
-// event after the last handled (or the first any rule starts at, when
-// later). A new feed replaces the old one, and what the old one delivered
+// event after the last handled. A new feed replaces the old one, and what the old one delivered
 // unhandled is dropped: the new one delivers it again if it is still of
 // interest.
 func (sh *shard) follow(ctx context.Context) error {
@@ -82,17 +81,6 @@ func (sh *shard) follow(ctx context.Context) error {
 		return nil
 	}
 	from := sh.state.Seq + 1
-	first := uint64(0)
-	for _, st := range sh.state.Rules {
-		if first == 0 || st.Start < first {
-			first = st.Start
-		}
-	}
-	if first > from {
-		// No rule evaluates what lies between: the checkpoint moves past.
-		from = first
-		sh.state.Seq, sh.dirty = first-1, true
-	}
 	cons, err := sh.e.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: subjects,
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,

@@ -87,8 +87,10 @@ type Rule struct {
 	PausedReason string        `json:"pausedReason,omitempty"`
 	Created      time.Time     `json:"created"`
 	Updated      time.Time     `json:"updated"`
-	// Revision is the KV revision the rule was read at.
-	Revision uint64 `json:"-"`
+	// Revision is the KV revision the rule was read at, Written when the
+	// server stored that revision.
+	Revision uint64    `json:"-"`
+	Written  time.Time `json:"-"`
 }
 
 // Condition says when a rule fires.

@@ -119,14 +119,13 @@ func (sh *shard) checkpoint(ctx context.Context) error {
 }
 
 // sync brings the shard's rules in line with the store. A rule new to the
-// shard (or whose condition changed) starts at the events stored after
-// now: it does not evaluate older ones, even those the shard has yet to
-// read. Its start is checkpointed before it evaluates anything, so that
-// an owner taking over replays what it evaluated, from the same start.
-func (sh *shard) sync(ctx context.Context, all []*Rule) error {
+// shard (or whose condition changed) evaluates the events stored after its
+// condition was (the server's time of both writes): not older ones, even
+// those the shard has yet to read when it takes the rule in. Every owner
+// derives the same start from the store, checkpointed or not.
+func (sh *shard) sync(all []*Rule) {
 	rules := map[string]*compiled{}
 	byTen := map[Tenant][]*compiled{}
-	var next uint64 // the stream's next sequence, asked once
 	for _, r := range all {
 		if sh.e.ShardOf(r.UID) != sh.n {
 			continue
@@ -149,15 +148,8 @@ func (sh *shard) sync(ctx context.Context, all []*Rule) error {
 		st := sh.state.Rules[r.UID]
 		if st == nil || st.Cond != c.cond {
 			// A new rule, or a new condition: the old state means nothing.
-			if next == 0 {
-				info, err := sh.e.events.Info(ctx)
-				if err != nil {
-					return fmt.Errorf("events stream info: %w", err)
-				}
-				next = max(info.State.LastSeq, sh.state.Seq) + 1
-			}
 			st = newRuleState(r.UID)
-			st.Cond, st.Start = c.cond, next
+			st.Cond, st.Since = c.cond, r.Written
 			sh.state.Rules[r.UID] = st
 			sh.dirty = true
 		}
@@ -169,25 +161,14 @@ func (sh *shard) sync(ctx context.Context, all []*Rule) error {
 		}
 	}
 	sh.rules, sh.byTen = rules, byTen
-	if next != 0 {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := sh.checkpoint(cctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("checkpoint the rules taken in: %w", err)
-		}
-	}
 	sh.e.setEvaluating(sh.n, rules)
-	return nil
 }
 
 // run evaluates the shard from its checkpoint until ctx ends.
 func (sh *shard) run(ctx context.Context) error {
 	defer sh.stopFeed()
 	all, changed := sh.e.store.Snapshot()
-	if err := sh.sync(ctx, all); err != nil {
-		return err
-	}
+	sh.sync(all)
 	if err := sh.follow(ctx); err != nil {
 		return err
 	}
@@ -221,9 +202,7 @@ func (sh *shard) run(ctx context.Context) error {
 			}
 		case <-changed:
 			all, changed = sh.e.store.Snapshot()
-			if err := sh.sync(ctx, all); err != nil {
-				return err
-			}
+			sh.sync(all)
 			if sh.refeed == nil && !slices.Equal(sh.subjects(), sh.feed.subjectsOrNil()) {
 				// Rules come in bursts (an apply of many): the feed
 				// follows their tenants once the burst is in.
@@ -289,8 +268,8 @@ func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
 	for _, c := range rules {
 		r := c.rule
 		st := sh.state.Rules[r.UID]
-		if seq < st.Start {
-			continue // stored before the rule was taken in
+		if meta.Timestamp.Before(st.Since) {
+			continue // stored before the rule (or its condition)
 		}
 		if ev == nil {
 			if ev, err = event.Unmarshal(m.Data()); err != nil {
