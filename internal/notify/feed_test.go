@@ -1,7 +1,10 @@
 package notify
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -198,5 +201,69 @@ func TestATenantsRuleAddedAndRemovedLosesNoEventOfAnotherRule(t *testing.T) {
 				t.Errorf("delivered %d distinct notifications, want %d: %v", len(ids), len(want), ids)
 			}
 		})
+	}
+}
+
+// checkpointSeq reads the position of shard 0's checkpoint.
+func (e *testEnv) checkpointSeq() uint64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := e.pub.KeyValue(ctx, e.rcfg.StateBucket)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ent, err := kv.Get(ctx, "shard.0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(ent.Value()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var c struct {
+		Seq uint64 `json:"seq"`
+	}
+	if err := json.NewDecoder(zr).Decode(&c); err != nil {
+		e.t.Fatal(err)
+	}
+	return c.Seq
+}
+
+// A shard whose feed skips other tenants' events still moves its
+// checkpoint to the stream's end once it has read all of its own: its next
+// feed, or its successor's, does not start back where it last handled one.
+func TestAShardCheckpointsPastTheEventsItsFilterSkips(t *testing.T) {
+	e := newEnv(t)
+	e.rcfg.Shards = 1
+	a := e.start("a")
+	rc := newReceiver(t, verifying)
+	r1 := e.createRule(a, deployedRule("p1-deployed", tenant, rc.srv.URL), a)
+	e.waitReads("events.project.p1.>")
+	d1 := podEvent("Normal", "Deployed", "app-1")
+	e.emit(d1)
+	if got, want := rc.next(t, 10*time.Second).id, r1.ID()+":"+d1.Uid+":firing"; got != want {
+		t.Fatalf("delivered %s, want %s", got, want)
+	}
+	for i := 0; i < 20; i++ {
+		e.emit(inTenant(podEvent("Normal", "Deployed", "other"), tenant2))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := e.pub.Stream(ctx, e.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := info.State.LastSeq
+	deadline := time.Now().Add(10 * time.Second)
+	for e.checkpointSeq() < last {
+		if time.Now().After(deadline) {
+			t.Fatalf("the checkpoint stands at %d, want the stream's last event %d", e.checkpointSeq(), last)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the checkpoint
 	}
 }

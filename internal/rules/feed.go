@@ -140,3 +140,34 @@ func (sh *shard) stopFeed() {
 		}
 	}
 }
+
+// advance moves the shard's position past the events its filter skips:
+// when the feed has delivered every event of its tenants stored so far and
+// the shard has handled them all (or it reads nothing), it stands at the
+// stream's last event. Otherwise a shard whose tenants are quiet, or
+// without rules, would stay where it last handled an event, and its next
+// feed (a rule of another tenant taken in, a successor) would start there,
+// the server walking everything stored since.
+func (sh *shard) advance(ctx context.Context) {
+	if sh.refeed != nil {
+		return // the new feed starts where the shard stands
+	}
+	actx, cancel := context.WithTimeout(ctx, sh.e.cfg.Tick)
+	defer cancel()
+	info, err := sh.e.events.Info(actx)
+	if err != nil || info.State.LastSeq <= sh.state.Seq {
+		return // tried again at the next tick
+	}
+	if f := sh.feed; f != nil {
+		if len(f.msgs) > 0 {
+			return
+		}
+		// Asked after the stream: its pending count covers every event
+		// stored up to the stream's last seen above.
+		ci, err := f.cons.Info(actx)
+		if err != nil || ci.NumPending > 0 || ci.Delivered.Stream > sh.state.Seq {
+			return
+		}
+	}
+	sh.state.Seq, sh.dirty = info.State.LastSeq, true
+}

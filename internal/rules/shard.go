@@ -213,6 +213,7 @@ func (sh *shard) run(ctx context.Context) error {
 				return err
 			}
 		case now := <-tick.C:
+			sh.advance(ctx)
 			if !sh.caughtUp {
 				continue
 			}
