@@ -2,11 +2,14 @@ package rules
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,7 +38,9 @@ const (
 // embedded server included) per 1,000 events published at feedRate, with
 // the engine and no rules (as a gateway before any is created) and with a
 // rule in each of feedTenants tenants; and how long after the last publish
-// every shard has evaluated its last event (lag-ms); engine=off is the
+// every shard has checkpointed its last event (lag-ms, the checkpoint
+// interval mostly), and the p99 of the notifications' time from their
+// event's storing to their own (queued-p99-ms); engine=off is the
 // floor, publishing and storing alone. The CPU figure is the one to
 // compare: wall time on a shared machine is noise.
 func BenchmarkShardsOnTheLiveFeed(b *testing.B) {
@@ -106,6 +111,30 @@ func benchFeed(b *testing.B, nrules int) {
 		}
 	}
 
+	// The notifications' time in queue after their event was stored: the
+	// shard's part of a notification's latency.
+	var queued []float64
+	var qmu sync.Mutex
+	if nrules > 0 {
+		cons, err := js.OrderedConsumer(ctx, NotifyStream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			var n Notification
+			meta, err := m.Metadata()
+			if err != nil || json.Unmarshal(m.Data(), &n) != nil {
+				return
+			}
+			qmu.Lock()
+			queued = append(queued, float64(meta.Timestamp.Sub(n.Time))/float64(time.Millisecond))
+			qmu.Unlock()
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cc.Stop()
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	last := make([]uint64, feedShards) // the last seq each shard must evaluate
 	var futures []jetstream.PubAckFuture
@@ -164,6 +193,13 @@ func benchFeed(b *testing.B, nrules int) {
 	b.StopTimer()
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(b.N)*1000, "cpu-ms/1k-events")
 	b.ReportMetric(float64(time.Since(published))/float64(time.Millisecond), "lag-ms")
+	qmu.Lock()
+	defer qmu.Unlock()
+	if len(queued) > 0 {
+		slices.Sort(queued)
+		b.ReportMetric(queued[len(queued)*99/100], "queued-p99-ms")
+		b.ReportMetric(float64(len(queued)), "notifications")
+	}
 }
 
 func feedTenant(i int) string { return "tenant-" + strconv.Itoa(i) }
