@@ -45,7 +45,8 @@ const (
 // compare: wall time on a shared machine is noise.
 func BenchmarkShardsOnTheLiveFeed(b *testing.B) {
 	b.Run("engine=off", func(b *testing.B) { benchFeed(b, -1) })
-	for _, n := range []int{0, feedTenants} {
+	// 4,000: four rules a tenant, spread over the shards by their uids.
+	for _, n := range []int{0, feedTenants, 4 * feedTenants} {
 		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) { benchFeed(b, n) })
 	}
 }
@@ -76,7 +77,7 @@ func benchFeed(b *testing.B, nrules int) {
 	}
 	defer store.Close()
 	var uids []string
-	tenantShard := map[string]int{}
+	tenantShards := map[string][]int{}
 	cfg := DefaultConfig()
 	cfg.Shards, cfg.ReplicaID = feedShards, "bench"
 	shardOf := (&Engine{cfg: cfg}).ShardOf
@@ -85,7 +86,7 @@ func benchFeed(b *testing.B, nrules int) {
 		if i%10 == 9 {
 			team = "team-" + strconv.Itoa(i%30)
 		}
-		r := &Rule{UID: fmt.Sprintf("rule-%d", i), Name: fmt.Sprintf("r%d", i), Tenant: Tenant{Type: "project", Name: feedTenant(i)},
+		r := &Rule{UID: fmt.Sprintf("rule-%d", i), Name: fmt.Sprintf("r%d", i), Tenant: Tenant{Type: "project", Name: feedTenant(i % feedTenants)},
 			Filter:      query.Filter{Type: query.StringSet{In: []string{"Warning"}}, Labels: []query.LabelReq{{Key: "team", Op: "=", Values: []string{team}}}},
 			Condition:   Condition{Kind: KindEvery},
 			Destination: Destination{Kind: DestNATS, Subject: "bench.notify"}}
@@ -93,7 +94,7 @@ func benchFeed(b *testing.B, nrules int) {
 			b.Fatal(err)
 		}
 		uids = append(uids, r.UID)
-		tenantShard[r.Tenant.Name] = shardOf(r.UID)
+		tenantShards[r.Tenant.Name] = append(tenantShards[r.Tenant.Name], shardOf(r.Tenant))
 	}
 	if nrules >= 0 {
 		e, err := Start(ctx, js, store, cfg, log)
@@ -162,7 +163,7 @@ func benchFeed(b *testing.B, nrules int) {
 	for i, f := range futures {
 		select {
 		case ack := <-f.Ok():
-			if s, ok := tenantShard[tenants[i]]; ok {
+			for _, s := range tenantShards[tenants[i]] {
 				last[s] = max(last[s], ack.Sequence)
 			}
 		case err := <-f.Err():

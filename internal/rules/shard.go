@@ -127,7 +127,7 @@ func (sh *shard) sync(all []*Rule) {
 	rules := map[string]*compiled{}
 	byTen := map[Tenant][]*compiled{}
 	for _, r := range all {
-		if sh.e.ShardOf(r.UID) != sh.n {
+		if sh.e.ShardOf(r.Tenant) != sh.n {
 			continue
 		}
 		c := sh.rules[r.UID]
