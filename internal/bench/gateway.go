@@ -139,6 +139,30 @@ func (g *Gateway) Conn() (*grpc.ClientConn, error) {
 // Pid is the gateway's process id.
 func (g *Gateway) Pid() int { return g.cmd.Process.Pid }
 
+// CPUTime is the CPU time the gateway used so far, user and system (from
+// /proc/<pid>/stat, in clock ticks of 10ms).
+func (g *Gateway) CPUTime() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(g.Pid()) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("process stat: %w", err)
+	}
+	// The command name, in parentheses, may hold spaces: count after it.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("process stat: unexpected %q", b)
+	}
+	var ticks int64
+	for _, s := range f[11:13] { // utime, stime: fields 14 and 15
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("process stat: %w", err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // Memory returns the gateway's peak and current resident set (VmHWM,
 // VmRSS) in MiB.
 func (g *Gateway) Memory() (peak, now float64, err error) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,8 +130,10 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 	}
 	defer ws.Stop()
 	var without, with, notify, afterStored []float64
+	var cpuWithout, cpuWith []float64 // the gateway's CPU seconds a run
 	var notified int
 	run := func(name string, i int) (float64, bool) {
+		cpu0, cerr := g.CPUTime()
 		// With -profile, the first run of each kind is sampled (pprof, the
 		// same overhead in both).
 		var profiled chan error
@@ -140,6 +143,15 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 			go func() { profiled <- g.SaveCPUProfile(ctx, sc.LatencyDuration, path) }()
 		}
 		l, err := RunLatency(ctx, g, ws, NewWorkload(name+strconv.Itoa(i)), rate, sc.LatencyDuration)
+		if cpu1, err := g.CPUTime(); err == nil && cerr == nil {
+			sec := (cpu1 - cpu0).Seconds()
+			if name == "norules" {
+				cpuWithout = append(cpuWithout, sec)
+			} else {
+				cpuWith = append(cpuWith, sec)
+			}
+			r.logf("rules: run %d %s: the gateway used %.2f s of CPU", i+1, name, sec)
+		}
 		if profiled != nil {
 			if perr := <-profiled; perr != nil {
 				r.logf("rules: CPU profile: %v", perr)
@@ -232,10 +244,26 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 	r.rep.Add(SecRules, "emit→watch p99 without rules", "ms", without, nil, note)
 	r.rep.Add(SecRules, fmt.Sprintf("emit→watch p99 with %d rules", BenchRules), "ms", with, nil, "runs after those without: a rule set takes seconds to load")
 	r.rep.Add(SecRules, "emit→watch p99 with rules ÷ without", "ratio", ratio, Below(1.1), "")
+	if len(cpuWith) == len(cpuWithout) && len(cpuWith) > 0 {
+		var cpu []float64
+		for i := range cpuWith {
+			cpu = append(cpu, cpuWith[i]/cpuWithout[i])
+		}
+		r.rep.Add(SecRules, "gateway CPU a run with rules ÷ without", "ratio", cpu, nil,
+			fmt.Sprintf("user+system seconds of the gateway process during each run (/proc/<pid>/stat), without %s s, with %s s: steadier than a p99 on a shared machine", joinF(cpuWithout), joinF(cpuWith)))
+	}
 	if len(notify) == 0 {
 		r.rep.Failed(SecRules, "notification p99 after its event", "ms", Below(1000), errors.New("no notification arrived during the runs"))
 		return
 	}
 	r.rep.Add(SecRules, "notification p99 after its event", "ms", notify, Below(1000), fmt.Sprintf("eventTime stamped at send → the webhook received it, for events stored as new (a series notifies at its flushes); %d such notifications", notified))
 	r.rep.Add(SecRules, "notification p99 after its event was stored", "ms", afterStored, nil, "the notification's time (its event's timestamp in the events stream) → the webhook received it: the rules' and the delivery's part of the figure above, the rest being emit → stored")
+}
+
+func joinF(xs []float64) string {
+	var parts []string
+	for _, x := range xs {
+		parts = append(parts, strconv.FormatFloat(x, 'f', 2, 64))
+	}
+	return strings.Join(parts, " / ")
 }
