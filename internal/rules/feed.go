@@ -148,9 +148,18 @@ func (sh *shard) stopFeed() {
 // without rules, would stay where it last handled an event, and its next
 // feed (a rule of another tenant taken in, a successor) would start there,
 // the server walking everything stored since.
+//
+// A feed that delivered since the last tick is left alone: its position
+// moves by itself, and the consumer's pending count, over many filters,
+// is not free for the server to compute.
 func (sh *shard) advance(ctx context.Context) {
+	handled := sh.handled
+	sh.handled = false
 	if sh.refeed != nil {
 		return // the new feed starts where the shard stands
+	}
+	if sh.feed != nil && handled {
+		return
 	}
 	actx, cancel := context.WithTimeout(ctx, sh.e.cfg.Tick)
 	defer cancel()

@@ -60,6 +60,9 @@ type shard struct {
 	// follow them.
 	feed   *feed
 	refeed <-chan time.Time
+	// handled: an event was handled since the last tick (the shard's
+	// position moves by itself).
+	handled bool
 }
 
 // maxQueued bounds the notifications in flight before evaluation waits.
@@ -255,7 +258,7 @@ func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
 	if seq <= sh.state.Seq {
 		return nil
 	}
-	sh.state.Seq, sh.dirty = seq, true
+	sh.state.Seq, sh.dirty, sh.handled = seq, true, true
 	sh.caughtUp = meta.NumPending == 0
 	if meta.Timestamp.After(sh.logTime) {
 		sh.logTime = meta.Timestamp
