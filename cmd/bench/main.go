@@ -54,7 +54,7 @@ func run(ctx context.Context, args []string) error {
 	only := fs.String("only", "", "comma-separated sections to run besides the baselines: query, emit, latency, rules, storm, noisy (default all)")
 	commit := fs.String("commit", "", "commit measured (default: git rev-parse HEAD, +dirty when the tree has changes)")
 	latRate := fs.Int("latency-rate", 0, "offer this many events/s in the latency phase instead of half the measured EmitStream rate, and skip the throughput phase unless emit is selected")
-	profile := fs.Bool("profile", false, "sample the gateway's CPU with perf during the emit and latency phases (work-dir/perf.data.*.txt)")
+	profile := fs.Bool("profile", false, "sample the gateway's CPU with perf during the emit and latency phases (work-dir/perf.data.*.txt), with pprof during the first rules runs (work-dir/cpu.*.pb.gz)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -139,6 +139,30 @@ func (g *Gateway) Conn() (*grpc.ClientConn, error) {
 // Pid is the gateway's process id.
 func (g *Gateway) Pid() int { return g.cmd.Process.Pid }
 
+// CPUTime is the CPU time the gateway used so far, user and system (from
+// /proc/<pid>/stat, in clock ticks of 10ms).
+func (g *Gateway) CPUTime() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(g.Pid()) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("process stat: %w", err)
+	}
+	// The command name, in parentheses, may hold spaces: count after it.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("process stat: unexpected %q", b)
+	}
+	var ticks int64
+	for _, s := range f[11:13] { // utime, stime: fields 14 and 15
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("process stat: %w", err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // Memory returns the gateway's peak and current resident set (VmHWM,
 // VmRSS) in MiB.
 func (g *Gateway) Memory() (peak, now float64, err error) {
@@ -281,17 +305,27 @@ func (g *Gateway) Stop() error {
 
 // SaveHeapProfile writes the gateway's heap profile to path.
 func (g *Gateway) SaveHeapProfile(ctx context.Context, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.DebugURL+"/debug/pprof/heap", nil)
+	return g.saveProfile(ctx, "heap", path)
+}
+
+// SaveCPUProfile samples the gateway's CPU for d (pprof) and writes the
+// profile to path.
+func (g *Gateway) SaveCPUProfile(ctx context.Context, d time.Duration, path string) error {
+	return g.saveProfile(ctx, "profile?seconds="+strconv.Itoa(int(max(d/time.Second, 1))), path)
+}
+
+func (g *Gateway) saveProfile(ctx context.Context, name, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.DebugURL+"/debug/pprof/"+name, nil)
 	if err != nil {
 		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("heap profile: %w", err)
+		return fmt.Errorf("%s profile: %w", name, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("heap profile: %s", resp.Status)
+		return fmt.Errorf("%s profile: %s", name, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -299,7 +333,7 @@ func (g *Gateway) SaveHeapProfile(ctx context.Context, path string) error {
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		f.Close()
-		return fmt.Errorf("heap profile: %w", err)
+		return fmt.Errorf("%s profile: %w", name, err)
 	}
 	return f.Close()
 }

@@ -58,7 +58,9 @@ type Config struct {
 	// Commit names what was measured (default: git in the current directory).
 	Commit string
 	// Profile samples the gateway with perf during the emit and latency
-	// phases (WorkDir/perf.data and its reports).
+	// phases (WorkDir/perf.data and its reports), and with pprof during
+	// the rules section's first run without rules and first with them
+	// (WorkDir/cpu.norules.pb.gz, cpu.rules.pb.gz).
 	Profile bool
 	// LatencyRate, when above 0, is the latency phase's offered rate (else
 	// half the EmitStream rate measured): with it, the latency phase runs

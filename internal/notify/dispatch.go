@@ -158,10 +158,10 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 	}()
 	for {
 		all, storeChanged := d.store.Snapshot()
-		_, ownChanged := d.engine.Owns("")
+		_, ownChanged := d.engine.Owns(rules.Tenant{})
 		want := map[string]*rules.Rule{}
 		for _, r := range all {
-			if owned, _ := d.engine.Owns(r.UID); owned {
+			if owned, _ := d.engine.Owns(r.Tenant); owned {
 				want[r.UID] = r
 			}
 		}

@@ -216,12 +216,15 @@ func podEvent(typ, reason, pod string) *eventgatev1.Event {
 
 var tenant = rules.Tenant{Type: "project", Name: "p1"}
 
-// createRule stores r through the store of rep, with a fresh uid, and waits
-// until some replica evaluates it.
+// createRule stores r through the store of rep, with a fresh uid (and in
+// tenant p1 unless it names one), and waits until some replica evaluates
+// it.
 func (e *testEnv) createRule(rep *replica, r *rules.Rule, owners ...*replica) *rules.Rule {
 	e.t.Helper()
 	r.UID = fmt.Sprintf("%s-%d", r.Name, time.Now().UnixNano())
-	r.Tenant = tenant
+	if r.Tenant == (rules.Tenant{}) {
+		r.Tenant = tenant
+	}
 	if err := r.Validate(); err != nil {
 		e.t.Fatal(err)
 	}

@@ -89,8 +89,8 @@ type Engine struct {
 	mu      sync.Mutex
 	owned   map[int]bool
 	changed chan struct{}
-	// evaluating: the rules the owned shards have taken in, by uid.
-	evaluating map[string]bool
+	// evaluating: the rules the owned shards have taken in: uid → shard.
+	evaluating map[string]int
 	members    int          // replicas announced (balance.go)
 	taking     int          // shards being taken, not owned yet
 	releasing  map[int]bool // owned shards being handed over
@@ -105,7 +105,7 @@ func Start(ctx context.Context, js jetstream.JetStream, store *Store, cfg Config
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, js: js, store: store, log: log.With("component", "rules"), owned: map[int]bool{}, changed: make(chan struct{}), evaluating: map[string]bool{}, members: 1, releasing: map[int]bool{}}
+	e := &Engine{cfg: cfg, js: js, store: store, log: log.With("component", "rules"), owned: map[int]bool{}, changed: make(chan struct{}), evaluating: map[string]int{}, members: 1, releasing: map[int]bool{}}
 	var err error
 	if e.events, err = js.Stream(ctx, cfg.EventsStream); err != nil {
 		return nil, fmt.Errorf("rules: events stream %s: %w", cfg.EventsStream, err)
@@ -158,19 +158,24 @@ func (e *Engine) Stop() {
 	e.wg.Wait()
 }
 
-// ShardOf is the shard of the rule with uid.
-func (e *Engine) ShardOf(uid string) int {
+// ShardOf is the shard of tenant t's rules: every rule of a tenant is in
+// the same shard, so that one shard only reads the tenant's events (its
+// feed filters by tenant), and each shard's filter names about 1/Shards of
+// the tenants with rules.
+func (e *Engine) ShardOf(t Tenant) int {
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(uid))
+	_, _ = h.Write([]byte(t.Type))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(t.Name))
 	return int(h.Sum32() % uint32(e.cfg.Shards))
 }
 
-// Owns reports whether this replica owns the rule's shard, and returns a
-// channel closed at the next change of ownership.
-func (e *Engine) Owns(uid string) (bool, <-chan struct{}) {
+// Owns reports whether this replica owns the shard of tenant t's rules,
+// and returns a channel closed at the next change of ownership.
+func (e *Engine) Owns(t Tenant) (bool, <-chan struct{}) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.owned[e.ShardOf(uid)], e.changed
+	return e.owned[e.ShardOf(t)], e.changed
 }
 
 // Evaluates reports whether this replica evaluates the rule with uid: it
@@ -178,19 +183,20 @@ func (e *Engine) Owns(uid string) (bool, <-chan struct{}) {
 func (e *Engine) Evaluates(uid string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.evaluating[uid]
+	_, ok := e.evaluating[uid]
+	return ok
 }
 
 func (e *Engine) setEvaluating(shard int, uids map[string]*compiled) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for uid := range e.evaluating {
-		if e.ShardOf(uid) == shard && uids[uid] == nil {
+	for uid, n := range e.evaluating {
+		if n == shard && uids[uid] == nil {
 			delete(e.evaluating, uid)
 		}
 	}
 	for uid := range uids {
-		e.evaluating[uid] = true
+		e.evaluating[uid] = shard
 	}
 }
 

@@ -27,8 +27,12 @@ const maxSeriesTracked = 10000
 // Every time in it is log time: the stream's timestamps, so that a replay
 // after a takeover decides exactly what the first run decided.
 type ruleState struct {
-	UID    string                 `json:"uid"`
-	Cond   string                 `json:"cond"` // the condition it is the state of
+	UID  string `json:"uid"`
+	Cond string `json:"cond"` // the condition it is the state of
+	// Since: the rule evaluates the events stored at or after it, the
+	// time its condition was stored (zero in checkpoints written before:
+	// every event read after the shard took it in).
+	Since  time.Time              `json:"since,omitzero"`
 	Groups map[string]*groupState `json:"groups,omitempty"`
 	// Series: series uid → when the rule fired for it.
 	Series map[string]time.Time `json:"series,omitempty"`

@@ -2,9 +2,9 @@
 // destination) are stored in a JetStream KV bucket and watched by every
 // replica (store.go); the rules are split into shards, and each shard is
 // evaluated by exactly one replica at a time, which holds its lease in KV
-// (lease.go), reads the events stream from the shard's checkpoint with its
-// own ordered consumer and evaluates the conditions in log time (eval.go,
-// shard.go). What fires becomes a notification queued, under a
+// (lease.go), reads the events of its rules' tenants from the shard's
+// checkpoint with an ordered consumer filtered by their subjects (feed.go)
+// and evaluates the conditions in log time (eval.go, shard.go). What fires becomes a notification queued, under a
 // deterministic id, in the notifications stream: a replica taking a shard
 // over replays from the checkpoint and queues the same ids again, which the
 // stream's duplicate window drops. Package notify delivers the queue.
@@ -87,8 +87,10 @@ type Rule struct {
 	PausedReason string        `json:"pausedReason,omitempty"`
 	Created      time.Time     `json:"created"`
 	Updated      time.Time     `json:"updated"`
-	// Revision is the KV revision the rule was read at.
-	Revision uint64 `json:"-"`
+	// Revision is the KV revision the rule was read at, Written when the
+	// server stored that revision.
+	Revision uint64    `json:"-"`
+	Written  time.Time `json:"-"`
 }
 
 // Condition says when a rule fires.

@@ -8,14 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"text/template"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
-	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
@@ -54,6 +55,14 @@ type shard struct {
 	// evaluation does not wait for each, but a checkpoint waits for all,
 	// so that one never covers an event whose notification may be lost.
 	queued []jetstream.PubAckFuture
+	// feed reads the events of the shard's tenants (nil: no rule, nothing
+	// to read); refeed fires when the tenants changed and the feed is to
+	// follow them.
+	feed   *feed
+	refeed <-chan time.Time
+	// handled: an event was handled since the last tick (the shard's
+	// position moves by itself).
+	handled bool
 }
 
 // maxQueued bounds the notifications in flight before evaluation waits.
@@ -112,12 +121,16 @@ func (sh *shard) checkpoint(ctx context.Context) error {
 	return nil
 }
 
-// sync brings the shard's rules in line with the store.
+// sync brings the shard's rules in line with the store. A rule new to the
+// shard (or whose condition changed) evaluates the events stored after its
+// condition was (the server's time of both writes): not older ones, even
+// those the shard has yet to read when it takes the rule in. Every owner
+// derives the same start from the store, checkpointed or not.
 func (sh *shard) sync(all []*Rule) {
 	rules := map[string]*compiled{}
 	byTen := map[Tenant][]*compiled{}
 	for _, r := range all {
-		if sh.e.ShardOf(r.UID) != sh.n {
+		if sh.e.ShardOf(r.Tenant) != sh.n {
 			continue
 		}
 		c := sh.rules[r.UID]
@@ -139,7 +152,7 @@ func (sh *shard) sync(all []*Rule) {
 		if st == nil || st.Cond != c.cond {
 			// A new rule, or a new condition: the old state means nothing.
 			st = newRuleState(r.UID)
-			st.Cond = c.cond
+			st.Cond, st.Since = c.cond, r.Written
 			sh.state.Rules[r.UID] = st
 			sh.dirty = true
 		}
@@ -156,50 +169,28 @@ func (sh *shard) sync(all []*Rule) {
 
 // run evaluates the shard from its checkpoint until ctx ends.
 func (sh *shard) run(ctx context.Context) error {
+	defer sh.stopFeed()
 	all, changed := sh.e.store.Snapshot()
 	sh.sync(all)
-	info, err := sh.e.events.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("events stream info: %w", err)
+	if err := sh.follow(ctx); err != nil {
+		return err
 	}
-	sh.caughtUp = info.State.LastSeq <= sh.state.Seq
-	cons, err := sh.e.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{ejs.SubjectsAll},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    sh.state.Seq + 1,
-	})
-	if err != nil {
-		return fmt.Errorf("events consumer: %w", err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(512))
-	if err != nil {
-		return fmt.Errorf("events consumer: %w", err)
-	}
-	msgs := make(chan jetstream.Msg, 256)
-	readDone := make(chan error, 1)
-	go func() {
-		for {
-			m, err := it.Next()
-			if err != nil {
-				readDone <- err
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				readDone <- ctx.Err()
-				return
-			}
-		}
-	}()
-	defer func() {
-		it.Stop()
-	}()
 	tick := time.NewTicker(sh.e.cfg.Tick)
 	defer tick.Stop()
 	ckpt := time.NewTicker(sh.e.cfg.Checkpoint)
 	defer ckpt.Stop()
 	for {
+		var msgs <-chan jetstream.Msg
+		var readDone <-chan error
+		if sh.feed != nil {
+			readDone = sh.feed.done
+			if sh.refeed == nil {
+				// Paused while a new feed is due: handling on would move
+				// the checkpoint past events of a tenant the new feed
+				// adds, which it would then start after.
+				msgs = sh.feed.msgs
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -215,7 +206,17 @@ func (sh *shard) run(ctx context.Context) error {
 		case <-changed:
 			all, changed = sh.e.store.Snapshot()
 			sh.sync(all)
+			if sh.refeed == nil && !slices.Equal(sh.subjects(), sh.feed.subjectsOrNil()) {
+				// Rules come in bursts (an apply of many): the feed
+				// follows their tenants once the burst is in.
+				sh.refeed = time.After(refeedDelay)
+			}
+		case <-sh.refeed:
+			if err := sh.follow(ctx); err != nil {
+				return err
+			}
 		case now := <-tick.C:
+			sh.advance(ctx)
 			if !sh.caughtUp {
 				continue
 			}
@@ -257,7 +258,7 @@ func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
 	if seq <= sh.state.Seq {
 		return nil
 	}
-	sh.state.Seq, sh.dirty = seq, true
+	sh.state.Seq, sh.dirty, sh.handled = seq, true, true
 	sh.caughtUp = meta.NumPending == 0
 	if meta.Timestamp.After(sh.logTime) {
 		sh.logTime = meta.Timestamp
@@ -267,12 +268,18 @@ func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
 	if len(rules) == 0 {
 		return nil
 	}
-	ev, err := event.Unmarshal(m.Data())
-	if err != nil {
-		return nil // not an event: nothing to evaluate
-	}
+	var ev *eventgatev1.Event
 	for _, c := range rules {
 		r := c.rule
+		st := sh.state.Rules[r.UID]
+		if meta.Timestamp.Before(st.Since) {
+			continue // stored before the rule (or its condition)
+		}
+		if ev == nil {
+			if ev, err = event.Unmarshal(m.Data()); err != nil {
+				return nil // not an event: nothing to evaluate
+			}
+		}
 		if !r.sees(ev) {
 			continue
 		}
@@ -281,7 +288,7 @@ func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
 		if !matched && !resolves {
 			continue
 		}
-		if err := sh.publish(ctx, c, r.evaluate(sh.state.Rules[r.UID], ev, t, matched, resolves)); err != nil {
+		if err := sh.publish(ctx, c, r.evaluate(st, ev, t, matched, resolves)); err != nil {
 			return err
 		}
 	}

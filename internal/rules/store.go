@@ -89,7 +89,7 @@ func decode(e jetstream.KeyValueEntry) (*Rule, error) {
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return nil, err
 	}
-	r.Revision = e.Revision()
+	r.Revision, r.Written = e.Revision(), e.Created()
 	return &r, nil
 }
 

@@ -1,0 +1,269 @@
+package notify
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/rules"
+)
+
+var tenant2 = rules.Tenant{Type: "project", Name: "p2"}
+
+// inTenant moves ev to tenant t.
+func inTenant(ev *eventgatev1.Event, t rules.Tenant) *eventgatev1.Event {
+	ev.Tenant = &eventgatev1.Tenant{Type: t.Type, Name: t.Name}
+	return ev
+}
+
+func deployedRule(name string, t rules.Tenant, url string) *rules.Rule {
+	return &rules.Rule{
+		Name: name, Tenant: t, Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: url, Secret: secret},
+	}
+}
+
+// reads lists the filters of the events stream's consumers: what the
+// shards read.
+func (e *testEnv) reads() [][]string {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := e.pub.Stream(ctx, e.stream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out [][]string
+	l := s.ListConsumers(ctx)
+	for ci := range l.Info() {
+		f := slices.Clone(ci.Config.FilterSubjects)
+		if ci.Config.FilterSubject != "" {
+			f = append(f, ci.Config.FilterSubject)
+		}
+		slices.Sort(f)
+		out = append(out, f)
+	}
+	if err := l.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// waitReads waits until the one shard reads exactly the subjects want
+// (none: it has no consumer).
+func (e *testEnv) waitReads(want ...string) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := e.reads()
+		if len(want) == 0 && len(got) == 0 || len(got) == 1 && slices.Equal(got[0], want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the shards read %v, want %v", got, want)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the server's consumers
+	}
+}
+
+func TestAShardWithoutRulesReadsNothingAndOneWithRulesReadsTheirTenants(t *testing.T) {
+	e := newEnv(t)
+	e.rcfg.Shards = 1
+	a := e.start("a")
+	for a.engine.OwnedShards() < e.rcfg.Shards {
+		time.Sleep(20 * time.Millisecond) // polling ownership
+	}
+	e.waitReads()
+	rc := newReceiver(t, verifying)
+	r1 := e.createRule(a, deployedRule("p1-deployed", tenant, rc.srv.URL), a)
+	r2 := e.createRule(a, deployedRule("p2-deployed", tenant2, rc.srv.URL), a)
+	e.waitReads("events.project.p1.>", "events.project.p2.>")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, r := range []*rules.Rule{r1, r2} {
+		if err := a.store.Delete(ctx, r.Tenant, r.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitReads()
+}
+
+// A rule taken in by a running shard evaluates the events stored after it,
+// not older ones the shard had yet to read: here an event of the rule's
+// tenant stored while the shard read only another tenant's, which the
+// shard reads once it follows the new tenant too.
+func TestARuleCreatedOnARunningShardDoesNotFireOnOlderEvents(t *testing.T) {
+	e := newEnv(t)
+	e.rcfg.Shards = 1
+	a := e.start("a")
+	rc := newReceiver(t, verifying)
+	r1 := e.createRule(a, deployedRule("p1-deployed", tenant, rc.srv.URL), a)
+	e.waitReads("events.project.p1.>")
+	d1 := podEvent("Normal", "Deployed", "app-1")
+	e.emit(d1)
+	if got, want := rc.next(t, 10*time.Second).id, r1.ID()+":"+d1.Uid+":firing"; got != want {
+		t.Fatalf("delivered %s, want %s", got, want)
+	}
+	// After the last event the shard read, and not read: not its tenant's.
+	old := inTenant(podEvent("Normal", "Deployed", "app-2"), tenant2)
+	e.emit(old)
+	r2 := e.createRule(a, deployedRule("p2-deployed", tenant2, rc.srv.URL), a)
+	e.waitReads("events.project.p1.>", "events.project.p2.>")
+	fresh := inTenant(podEvent("Normal", "Deployed", "app-3"), tenant2)
+	e.emit(fresh)
+	// One rule's notifications are delivered in order: had the older
+	// event fired, it would arrive first.
+	if got, want := rc.next(t, 10*time.Second).id, r2.ID()+":"+fresh.Uid+":firing"; got != want {
+		t.Fatalf("delivered %s, want %s (the older event %s must not fire)", got, want, old.Uid)
+	}
+}
+
+// A rule of another tenant added and removed changes the filter of the
+// shard's feed; the shard's other rule misses none of its events and gets
+// none twice, whether the owner checkpoints after each change or is killed
+// and its successor replays across both changes.
+func TestATenantsRuleAddedAndRemovedLosesNoEventOfAnotherRule(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		checkpoint time.Duration
+	}{{"checkpointed", 100 * time.Millisecond}, {"replayed after a takeover", time.Hour}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.rcfg.Checkpoint, e.rcfg.Duplicates = tc.checkpoint, 2*time.Hour
+			e.rcfg.Shards = 1 // its fair share keeps it on a when b joins
+			a := e.start("a")
+			for a.engine.OwnedShards() < e.rcfg.Shards {
+				time.Sleep(20 * time.Millisecond) // polling ownership
+			}
+			e.rcfg.Checkpoint = 100 * time.Millisecond
+			b := e.start("b")
+			rc := newReceiver(t, verifying)
+			ids := map[string]int{}
+			var want []string
+			expect := func(r *rules.Rule, evs ...*eventgatev1.Event) {
+				t.Helper()
+				for _, ev := range evs {
+					want = append(want, r.ID()+":"+ev.Uid+":firing")
+				}
+				for range evs {
+					ids[rc.next(t, 20*time.Second).id]++
+				}
+			}
+			deployed := func(pod string, t rules.Tenant) *eventgatev1.Event {
+				return inTenant(podEvent("Normal", "Deployed", pod), t)
+			}
+
+			r1 := e.createRule(a, deployedRule("p1-deployed", tenant, rc.srv.URL), a)
+			e.waitReads("events.project.p1.>")
+			d1 := deployed("app-1", tenant)
+			e.emit(d1)
+			expect(r1, d1)
+
+			// Emitted as soon as the rule is taken in, while the shard may
+			// still read p1 alone: d2 read then must not carry the shard
+			// past e1 before it reads p2.
+			r2 := e.createRule(a, deployedRule("p2-deployed", tenant2, rc.srv.URL), a)
+			e1, d2 := deployed("other-1", tenant2), deployed("app-2", tenant)
+			e.emit(e1, d2)
+			expect(r2, e1)
+			expect(r1, d2)
+			e.waitReads("events.project.p1.>", "events.project.p2.>")
+
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := a.store.Delete(ctx, r2.Tenant, r2.Name); err != nil {
+				t.Fatal(err)
+			}
+			e2, d3 := deployed("other-2", tenant2), deployed("app-3", tenant)
+			e.emit(e2, d3)
+			expect(r1, d3)
+			e.waitReads("events.project.p1.>")
+
+			a.kill()
+			d4 := deployed("app-4", tenant)
+			e.emit(d4)
+			expect(r1, d4)
+			rc.none(t, 2*time.Second)
+			if b.engine.OwnedShards() != e.rcfg.Shards {
+				t.Errorf("replica b owns %d shards, want all %d", b.engine.OwnedShards(), e.rcfg.Shards)
+			}
+			for _, id := range want {
+				if ids[id] != 1 {
+					t.Errorf("notification %s delivered %d times, want once", id, ids[id])
+				}
+			}
+			if len(ids) != len(want) {
+				t.Errorf("delivered %d distinct notifications, want %d: %v", len(ids), len(want), ids)
+			}
+		})
+	}
+}
+
+// checkpointSeq reads the position of shard 0's checkpoint.
+func (e *testEnv) checkpointSeq() uint64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := e.pub.KeyValue(ctx, e.rcfg.StateBucket)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ent, err := kv.Get(ctx, "shard.0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(ent.Value()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var c struct {
+		Seq uint64 `json:"seq"`
+	}
+	if err := json.NewDecoder(zr).Decode(&c); err != nil {
+		e.t.Fatal(err)
+	}
+	return c.Seq
+}
+
+// A shard whose feed skips other tenants' events still moves its
+// checkpoint to the stream's end once it has read all of its own: its next
+// feed, or its successor's, does not start back where it last handled one.
+func TestAShardCheckpointsPastTheEventsItsFilterSkips(t *testing.T) {
+	e := newEnv(t)
+	e.rcfg.Shards = 1
+	a := e.start("a")
+	rc := newReceiver(t, verifying)
+	r1 := e.createRule(a, deployedRule("p1-deployed", tenant, rc.srv.URL), a)
+	e.waitReads("events.project.p1.>")
+	d1 := podEvent("Normal", "Deployed", "app-1")
+	e.emit(d1)
+	if got, want := rc.next(t, 10*time.Second).id, r1.ID()+":"+d1.Uid+":firing"; got != want {
+		t.Fatalf("delivered %s, want %s", got, want)
+	}
+	for i := 0; i < 20; i++ {
+		e.emit(inTenant(podEvent("Normal", "Deployed", "other"), tenant2))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := e.pub.Stream(ctx, e.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := info.State.LastSeq
+	deadline := time.Now().Add(10 * time.Second)
+	for e.checkpointSeq() < last {
+		if time.Now().After(deadline) {
+			t.Fatalf("the checkpoint stands at %d, want the stream's last event %d", e.checkpointSeq(), last)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the checkpoint
+	}
+}
