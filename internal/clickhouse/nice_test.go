@@ -95,6 +95,7 @@ func TestWriterNice(t *testing.T) {
 	if before := threadsWithNice(t, nice); len(before) > 0 {
 		t.Fatalf("threads at nice %d before the writer: %v", nice, before)
 	}
+	<-s.prewarmDone // the store's own first read uses s.t: swap it after
 	et := &encoderTransport{transport: s.t, tids: map[int]bool{}, nices: map[int]bool{}}
 	s.t = et
 	w, err := s.NewWriter()
