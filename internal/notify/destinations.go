@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/eventgate/eventgate/client/signature"
+	"github.com/eventgate/eventgate/internal/notify/delivery"
 	"github.com/eventgate/eventgate/internal/rules"
 )
 
@@ -118,23 +119,9 @@ func (s *sender) post(ctx context.Context, u string, body []byte, headers map[st
 func redactURL(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		return fmt.Errorf("%s %s: %w", ue.Op, RedactedURL(ue.URL), ue.Err)
+		return fmt.Errorf("%s %s: %w", ue.Op, delivery.RedactedURL(ue.URL), ue.Err)
 	}
 	return err
-}
-
-// RedactedURL is what the API shows of a destination URL: its scheme and
-// host only, as "https://host/…" when anything followed.
-func RedactedURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "…"
-	}
-	out := u.Scheme + "://" + u.Host
-	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		out += "/…"
-	}
-	return out
 }
 
 // CloudEvent is the CloudEvent of a notification: id the notification's

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/eventgate/eventgate/internal/notify/delivery"
 	"github.com/eventgate/eventgate/internal/rules"
 )
 
@@ -25,11 +26,11 @@ const (
 
 func logSubject(ruleUID string) string { return "eventgate.deliveries." + ruleUID }
 
-// Statuses of a delivery.
+// Statuses of a delivery, re-exported from package delivery.
 const (
-	StatusDelivered = "delivered"
-	StatusRetrying  = "retrying"
-	StatusDead      = "dead"
+	StatusDelivered = delivery.StatusDelivered
+	StatusRetrying  = delivery.StatusRetrying
+	StatusDead      = delivery.StatusDead
 )
 
 // Record is one attempt in the delivery log.
@@ -46,23 +47,11 @@ type Record struct {
 	Error          string        `json:"error,omitempty"`
 }
 
-// Attempt is one attempt of a Delivery.
-type Attempt struct {
-	Time    time.Time
-	Latency time.Duration
-	Code    int
-	Error   string
-}
-
-// Delivery is a notification and its attempts.
-type Delivery struct {
-	NotificationID string
-	State          string
-	EventUID       string
-	Status         string
-	Created        time.Time
-	Attempts       []Attempt
-}
+// The delivery log's domain, re-exported from package delivery.
+type (
+	Attempt  = delivery.Attempt
+	Delivery = delivery.Delivery
+)
 
 func ensureLog(ctx context.Context, js jetstream.JetStream, retention time.Duration, replicas int) (jetstream.Stream, error) {
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -147,7 +136,7 @@ func (d *Dispatcher) Deliveries(ctx context.Context, ruleUID string, limit int) 
 
 // ErrNoNotification: the rule has no notification with the id (or it is
 // past the retention).
-var ErrNoNotification = errors.New("no such notification")
+var ErrNoNotification = delivery.ErrNoNotification
 
 // Redeliver queues a rule's notification again, under a new queue id (the
 // queue's duplicate window would drop the same one) but with the same

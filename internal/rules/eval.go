@@ -6,6 +6,7 @@ import (
 	"time"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/rules/rule"
 )
 
 // Notification states.
@@ -80,15 +81,15 @@ func triggerID(ev *eventgatev1.Event) string {
 	return ev.GetUid()
 }
 
-func (r *Rule) notificationID(trigger, state string) string {
+func notificationID(r *Rule, trigger, state string) string {
 	return r.ID() + ":" + trigger + ":" + state
 }
 
-func (r *Rule) group(st *ruleState, ev *eventgatev1.Event) (string, *groupState) {
+func group(r *Rule, st *ruleState, ev *eventgatev1.Event) (string, *groupState) {
 	fields := r.Condition.Groups()
 	vals := make([]string, len(fields))
 	for i, f := range fields {
-		vals[i] = GroupValue(ev, f)
+		vals[i] = rule.GroupValue(ev, f)
 	}
 	key := strings.Join(vals, "\x00")
 	g := st.Groups[key]
@@ -127,7 +128,7 @@ func evictIdlest(groups map[string]*groupState) {
 	delete(groups, victim)
 }
 
-func (r *Rule) groupMap(g *groupState) map[string]string {
+func groupMap(r *Rule, g *groupState) map[string]string {
 	fields := r.Condition.Groups()
 	m := make(map[string]string, len(fields))
 	for i, f := range fields {
@@ -166,22 +167,22 @@ func occurrences(g *groupState, ev *eventgatev1.Event) int {
 
 // evaluate runs one event through the rule, at log time t. matched and
 // resolves say whether ev passes the rule's filter and its resolve filter.
-func (r *Rule) evaluate(st *ruleState, ev *eventgatev1.Event, t time.Time, matched, resolves bool) []Fired {
+func evaluate(r *Rule, st *ruleState, ev *eventgatev1.Event, t time.Time, matched, resolves bool) []Fired {
 	c := r.Condition
 	var out []Fired
 	switch c.Kind {
 	case KindEvery:
 		if matched {
-			_, g := r.group(st, ev)
-			out = append(out, Fired{ID: r.notificationID(triggerID(ev), StateFiring), State: StateFiring, Group: r.groupMap(g), Count: 1, Time: t, Event: ev})
+			_, g := group(r, st, ev)
+			out = append(out, Fired{ID: notificationID(r, triggerID(ev), StateFiring), State: StateFiring, Group: groupMap(r, g), Count: 1, Time: t, Event: ev})
 			for k := range st.Groups { // no state to keep
 				delete(st.Groups, k)
 			}
 		}
 	case KindCount:
-		_, g := r.group(st, ev)
+		_, g := group(r, st, ev)
 		if resolves && g.Firing {
-			out = append(out, r.resolve(g, t, ev)...)
+			out = append(out, resolve(r, g, t, ev)...)
 			g.Times = g.Times[:0]
 		}
 		if matched {
@@ -195,8 +196,8 @@ func (r *Rule) evaluate(st *ruleState, ev *eventgatev1.Event, t time.Time, match
 			}
 			g.LastSeen = t
 			g.Last = marshalEvent(ev)
-			if r.burst(g) && !g.Firing {
-				out = append(out, r.fire(g, t, ev, len(g.Times)))
+			if burst(r, g) && !g.Firing {
+				out = append(out, fire(r, g, t, ev, len(g.Times)))
 			}
 		}
 	case KindSeries:
@@ -208,7 +209,7 @@ func (r *Rule) evaluate(st *ruleState, ev *eventgatev1.Event, t time.Time, match
 		switch {
 		case !fired && int(s.GetCount()) >= c.Threshold && s.GetState() != seriesFinished:
 			st.Series[ev.GetUid()] = t
-			out = append(out, Fired{ID: r.notificationID(ev.GetUid()+"#series", StateFiring), State: StateFiring,
+			out = append(out, Fired{ID: notificationID(r, ev.GetUid()+"#series", StateFiring), State: StateFiring,
 				Group: map[string]string{"series": ev.GetUid()}, Count: int(s.GetCount()), Time: t, Event: ev})
 			if len(st.Series) > maxSeriesTracked {
 				forgetOldest(st.Series)
@@ -216,7 +217,7 @@ func (r *Rule) evaluate(st *ruleState, ev *eventgatev1.Event, t time.Time, match
 		case fired && s.GetState() == seriesFinished:
 			delete(st.Series, ev.GetUid())
 			if !r.SkipResolved {
-				out = append(out, Fired{ID: r.notificationID(ev.GetUid()+"#series", StateResolved), State: StateResolved,
+				out = append(out, Fired{ID: notificationID(r, ev.GetUid()+"#series", StateResolved), State: StateResolved,
 					Group: map[string]string{"series": ev.GetUid()}, Count: int(s.GetCount()), Time: t, Event: ev})
 			}
 		}
@@ -224,30 +225,30 @@ func (r *Rule) evaluate(st *ruleState, ev *eventgatev1.Event, t time.Time, match
 		if !matched {
 			break
 		}
-		_, g := r.group(st, ev)
+		_, g := group(r, st, ev)
 		if g.Firing {
-			out = append(out, r.resolve(g, t, ev)...)
+			out = append(out, resolve(r, g, t, ev)...)
 		}
 		g.LastSeen, g.Last = t, marshalEvent(ev)
 	case KindRecovery:
 		if !matched {
 			break
 		}
-		_, g := r.group(st, ev)
+		_, g := group(r, st, ev)
 		if ev.GetType() == "Normal" && g.LastType == "Warning" {
-			out = append(out, Fired{ID: r.notificationID(triggerID(ev), StateFiring), State: StateFiring, Group: r.groupMap(g), Count: 1, Time: t, Event: ev})
+			out = append(out, Fired{ID: notificationID(r, triggerID(ev), StateFiring), State: StateFiring, Group: groupMap(r, g), Count: 1, Time: t, Event: ev})
 		}
 		g.LastType, g.LastSeen = ev.GetType(), t
 	}
 	if matched || resolves {
-		out = append(out, r.tick(st, t)...)
+		out = append(out, tick(r, st, t)...)
 	}
 	return out
 }
 
 // burst reports whether g's latest threshold occurrences happened within
 // one window: the condition held when the last of them happened.
-func (r *Rule) burst(g *groupState) bool {
+func burst(r *Rule, g *groupState) bool {
 	n := r.Condition.Threshold
 	return len(g.Times) >= n && g.Times[len(g.Times)-1].Sub(g.Times[len(g.Times)-n]) <= r.Condition.Window
 }
@@ -257,35 +258,35 @@ func (r *Rule) burst(g *groupState) bool {
 // holds fewer than the threshold: the intake writes a series' occurrences
 // up to a flush interval late, and a steady crash loop would resolve and
 // fire again between its writes.)
-func (r *Rule) quiet(g *groupState, t time.Time) bool {
+func quiet(r *Rule, g *groupState, t time.Time) bool {
 	return len(g.Times) == 0 || !t.Before(g.Times[len(g.Times)-1].Add(r.Condition.Window))
 }
 
-func (r *Rule) fire(g *groupState, t time.Time, ev *eventgatev1.Event, count int) Fired {
+func fire(r *Rule, g *groupState, t time.Time, ev *eventgatev1.Event, count int) Fired {
 	g.Firing, g.Trigger, g.Notified, g.Repeats = true, triggerID(ev), t, 0
-	return Fired{ID: r.notificationID(g.Trigger, StateFiring), State: StateFiring, Group: r.groupMap(g), Count: count, Time: t, Event: ev}
+	return Fired{ID: notificationID(r, g.Trigger, StateFiring), State: StateFiring, Group: groupMap(r, g), Count: count, Time: t, Event: ev}
 }
 
-func (r *Rule) resolve(g *groupState, t time.Time, ev *eventgatev1.Event) []Fired {
+func resolve(r *Rule, g *groupState, t time.Time, ev *eventgatev1.Event) []Fired {
 	trigger := g.Trigger
 	g.Firing, g.Trigger, g.Repeats = false, "", 0
 	if r.SkipResolved {
 		return nil
 	}
-	return []Fired{{ID: r.notificationID(trigger, StateResolved), State: StateResolved, Group: r.groupMap(g), Time: t, Event: ev}}
+	return []Fired{{ID: notificationID(r, trigger, StateResolved), State: StateResolved, Group: groupMap(r, g), Time: t, Event: ev}}
 }
 
 // tick applies the passing of time up to t: count conditions that no
 // longer hold resolve, absences fire, and what still holds is notified
 // again at the renotify interval. It also forgets idle groups.
-func (r *Rule) tick(st *ruleState, t time.Time) []Fired {
+func tick(r *Rule, st *ruleState, t time.Time) []Fired {
 	c := r.Condition
 	var out []Fired
 	for key, g := range st.Groups {
 		switch c.Kind {
 		case KindCount:
-			if g.Firing && r.quiet(g, t) {
-				out = append(out, r.resolve(g, t, unmarshalEvent(g.Last))...)
+			if g.Firing && quiet(r, g, t) {
+				out = append(out, resolve(r, g, t, unmarshalEvent(g.Last))...)
 			}
 			if !g.Firing && (len(g.Times) == 0 || g.Times[len(g.Times)-1].Before(t.Add(-c.Window))) {
 				delete(st.Groups, key)
@@ -295,7 +296,7 @@ func (r *Rule) tick(st *ruleState, t time.Time) []Fired {
 			if !g.Firing && !g.LastSeen.IsZero() && !t.Before(g.LastSeen.Add(c.Window)) {
 				ev := unmarshalEvent(g.Last)
 				g.Firing, g.Trigger, g.Notified, g.Repeats = true, triggerID(ev)+"#absent", t, 0
-				out = append(out, Fired{ID: r.notificationID(g.Trigger, StateFiring), State: StateFiring, Group: r.groupMap(g), Time: t, Event: ev})
+				out = append(out, Fired{ID: notificationID(r, g.Trigger, StateFiring), State: StateFiring, Group: groupMap(r, g), Time: t, Event: ev})
 			}
 		case KindRecovery:
 			if t.Sub(g.LastSeen) > 24*time.Hour {
@@ -306,8 +307,8 @@ func (r *Rule) tick(st *ruleState, t time.Time) []Fired {
 		if g.Firing && r.Renotify > 0 && !t.Before(g.Notified.Add(r.Renotify)) {
 			g.Repeats++
 			g.Notified = t
-			out = append(out, Fired{ID: r.notificationID(g.Trigger, StateRenotify+strconv.Itoa(g.Repeats)), State: StateRenotify,
-				Group: r.groupMap(g), Count: len(g.Times), Time: t, Event: unmarshalEvent(g.Last)})
+			out = append(out, Fired{ID: notificationID(r, g.Trigger, StateRenotify+strconv.Itoa(g.Repeats)), State: StateRenotify,
+				Group: groupMap(r, g), Count: len(g.Times), Time: t, Event: unmarshalEvent(g.Last)})
 		}
 	}
 	return out

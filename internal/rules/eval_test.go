@@ -11,6 +11,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/query"
+	"github.com/eventgate/eventgate/internal/rules/rule"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -46,7 +47,7 @@ func backoffRule(resolve bool) *Rule {
 func run(r *Rule, st *ruleState, evs []*eventgatev1.Event, at []int) []Fired {
 	var out []Fired
 	for i, ev := range evs {
-		out = append(out, r.evaluate(st, ev, t0.Add(time.Duration(at[i])*time.Second), Matches(&r.Filter, ev), r.Resolve != nil && Matches(r.Resolve, ev))...)
+		out = append(out, evaluate(r, st, ev, t0.Add(time.Duration(at[i])*time.Second), Matches(&r.Filter, ev), r.Resolve != nil && Matches(r.Resolve, ev))...)
 	}
 	return out
 }
@@ -80,13 +81,13 @@ func TestCountResolvesAfterAQuietWindow(t *testing.T) {
 		at = append(at, i)
 	}
 	fired := run(r, st, evs, at)
-	fired = append(fired, r.tick(st, t0.Add(30*time.Second))...) // e5 (at 5s) within a minute
-	fired = append(fired, r.tick(st, t0.Add(64*time.Second))...) // still
+	fired = append(fired, tick(r, st, t0.Add(30*time.Second))...) // e5 (at 5s) within a minute
+	fired = append(fired, tick(r, st, t0.Add(64*time.Second))...) // still
 	if len(fired) != 1 {
 		t.Fatalf("resolved before a quiet minute: %v", states(fired))
 	}
-	fired = append(fired, r.tick(st, t0.Add(65*time.Second))...) // a minute without one: resolved
-	fired = append(fired, r.tick(st, t0.Add(90*time.Second))...)
+	fired = append(fired, tick(r, st, t0.Add(65*time.Second))...) // a minute without one: resolved
+	fired = append(fired, tick(r, st, t0.Add(90*time.Second))...)
 	if diff := cmp.Diff([]string{"firing:e5", "resolved:e5"}, states(fired)); diff != "" {
 		t.Fatalf("notifications (-want +got):\n%s", diff)
 	}
@@ -113,9 +114,9 @@ func TestAbsenceFiresAfterSilenceAndResolvesOnHeartbeat(t *testing.T) {
 		Condition: Condition{Kind: KindAbsence, Window: 30 * time.Second}}
 	st := newRuleState(r.UID)
 	fired := run(r, st, []*eventgatev1.Event{podEvent("h1", "Normal", "Heartbeat", "a"), podEvent("h2", "Normal", "Heartbeat", "a")}, []int{0, 10})
-	fired = append(fired, r.tick(st, t0.Add(39*time.Second))...) // 29s of silence
-	fired = append(fired, r.tick(st, t0.Add(40*time.Second))...) // 30s: fires
-	fired = append(fired, r.tick(st, t0.Add(80*time.Second))...) // still silent: once
+	fired = append(fired, tick(r, st, t0.Add(39*time.Second))...) // 29s of silence
+	fired = append(fired, tick(r, st, t0.Add(40*time.Second))...) // 30s: fires
+	fired = append(fired, tick(r, st, t0.Add(80*time.Second))...) // still silent: once
 	fired = append(fired, run(r, st, []*eventgatev1.Event{podEvent("h3", "Normal", "Heartbeat", "a")}, []int{90})...)
 	if diff := cmp.Diff([]string{"firing:h2", "resolved:h3"}, states(fired)); diff != "" {
 		t.Fatalf("notifications (-want +got):\n%s", diff)
@@ -163,7 +164,7 @@ func TestRenotifyWhileHolding(t *testing.T) {
 	st := newRuleState(r.UID)
 	fired := run(r, st, []*eventgatev1.Event{podEvent("h1", "Normal", "Heartbeat", "a")}, []int{0})
 	for s := 10; s <= 140; s += 10 {
-		fired = append(fired, r.tick(st, t0.Add(time.Duration(s)*time.Second))...)
+		fired = append(fired, tick(r, st, t0.Add(time.Duration(s)*time.Second))...)
 	}
 	var got []string
 	for _, f := range fired {
@@ -191,10 +192,10 @@ func TestGroupsAreBoundedAndFiringGroupsKept(t *testing.T) {
 		Condition: Condition{Kind: KindAbsence, Window: time.Minute}}
 	st := newRuleState(r.UID)
 	fired := run(r, st, []*eventgatev1.Event{podEvent("first", "Normal", "Heartbeat", "first")}, []int{0})
-	fired = append(fired, r.tick(st, t0.Add(61*time.Second))...) // the first group fires
+	fired = append(fired, tick(r, st, t0.Add(61*time.Second))...) // the first group fires
 	for i := 0; i < MaxGroups+10; i++ {
 		ev := podEvent(fmt.Sprint(i), "Normal", "Heartbeat", fmt.Sprintf("pod-%d", i))
-		fired = append(fired, r.evaluate(st, ev, t0.Add(61*time.Second+time.Duration(i)*time.Millisecond), true, false)...)
+		fired = append(fired, evaluate(r, st, ev, t0.Add(61*time.Second+time.Duration(i)*time.Millisecond), true, false)...)
 	}
 	if len(st.Groups) != MaxGroups {
 		t.Errorf("%d groups kept, want %d", len(st.Groups), MaxGroups)
@@ -238,7 +239,7 @@ func TestCountWindowUsesWhenSeriesOccurrencesHappened(t *testing.T) {
 	series := podEvent("s", "Warning", "BackOff", "a")
 	series.Series = &eventgatev1.EventSeries{Count: 5, State: "Ongoing", LastObservedTime: timestamppb.New(t0.Add(55 * time.Second))}
 	fired := run(r, st, []*eventgatev1.Event{first}, []int{0})
-	fired = append(fired, r.evaluate(st, series, t0.Add(90*time.Second), true, false)...)
+	fired = append(fired, evaluate(r, st, series, t0.Add(90*time.Second), true, false)...)
 	if diff := cmp.Diff([]string{"firing:s"}, states(fired)); diff != "" {
 		t.Fatalf("notifications (-want +got):\n%s", diff)
 	}
@@ -248,17 +249,17 @@ func TestTemplatesCannotAllocateWithoutBound(t *testing.T) {
 	r := &Rule{UID: "u8", Name: "t", Tenant: Tenant{Type: "project", Name: "p1"}, Condition: Condition{Kind: KindEvery}}
 	f := Fired{ID: "x", State: StateFiring, Event: podEvent("e1", "Normal", "Started", "a")}
 	for _, text := range []string{`{{printf "%999999999d" 1}}`, `{{printf "%*d" 999999999 1}}`, `{{range $i, $c := .Event.Note}}{{$.Event}}{{end}}{{range .Event.Note}}{{end}}` + strings.Repeat("{{.Event}}", 200)} {
-		tmpl, err := CompileTemplate(text)
+		tmpl, err := rule.CompileTemplate(text)
 		if err != nil {
 			t.Fatalf("%s: %v", text, err)
 		}
-		n := r.notification(f, tmpl)
+		n := notification(r, f, tmpl)
 		if len(n.Message) > MaxMessage || !strings.Contains(n.Message, "template failed") {
 			t.Errorf("%s: message of %d bytes: %.100s", text, len(n.Message), n.Message)
 		}
 	}
-	tmpl, _ := CompileTemplate(`{{printf "%-10s|" .Event.Reason}}`)
-	if n := r.notification(f, tmpl); n.Message != "Started   |" {
+	tmpl, _ := rule.CompileTemplate(`{{printf "%-10s|" .Event.Reason}}`)
+	if n := notification(r, f, tmpl); n.Message != "Started   |" {
 		t.Errorf("a modest printf: %q", n.Message)
 	}
 }

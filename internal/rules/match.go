@@ -70,7 +70,7 @@ func object(o query.ObjectFilter, ref *eventgatev1.ObjectReference) bool {
 
 // sees reports whether r may see ev at all: its tenant, and the kinds its
 // author could watch.
-func (r *Rule) sees(ev *eventgatev1.Event) bool {
+func sees(r *Rule, ev *eventgatev1.Event) bool {
 	t := ev.GetTenant()
 	if t.GetType() != r.Tenant.Type || t.GetName() != r.Tenant.Name {
 		return false

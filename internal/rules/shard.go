@@ -17,6 +17,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/rules/rule"
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
@@ -135,7 +136,7 @@ func (sh *shard) sync(all []*Rule) {
 		}
 		c := sh.rules[r.UID]
 		if c == nil || c.rule.Revision != r.Revision {
-			tmpl, err := CompileTemplate(r.Template)
+			tmpl, err := rule.CompileTemplate(r.Template)
 			if err != nil {
 				sh.log.Warn("rules: template", "rule", r.ID(), "err", err)
 			}
@@ -175,8 +176,8 @@ func (sh *shard) run(ctx context.Context) error {
 	if err := sh.follow(ctx); err != nil {
 		return err
 	}
-	tick := time.NewTicker(sh.e.cfg.Tick)
-	defer tick.Stop()
+	ticker := time.NewTicker(sh.e.cfg.Tick)
+	defer ticker.Stop()
 	ckpt := time.NewTicker(sh.e.cfg.Checkpoint)
 	defer ckpt.Stop()
 	for {
@@ -215,7 +216,7 @@ func (sh *shard) run(ctx context.Context) error {
 			if err := sh.follow(ctx); err != nil {
 				return err
 			}
-		case now := <-tick.C:
+		case now := <-ticker.C:
 			sh.advance(ctx)
 			if !sh.caughtUp {
 				continue
@@ -229,7 +230,7 @@ func (sh *shard) run(ctx context.Context) error {
 				if len(st.Groups) == 0 {
 					continue
 				}
-				if err := sh.publish(ctx, c, c.rule.tick(st, t)); err != nil {
+				if err := sh.publish(ctx, c, tick(c.rule, st, t)); err != nil {
 					return err
 				}
 				sh.dirty = true
@@ -280,7 +281,7 @@ func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
 				return nil // not an event: nothing to evaluate
 			}
 		}
-		if !r.sees(ev) {
+		if !sees(r, ev) {
 			continue
 		}
 		matched := Matches(&r.Filter, ev)
@@ -288,7 +289,7 @@ func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
 		if !matched && !resolves {
 			continue
 		}
-		if err := sh.publish(ctx, c, r.evaluate(st, ev, t, matched, resolves)); err != nil {
+		if err := sh.publish(ctx, c, evaluate(r, st, ev, t, matched, resolves)); err != nil {
 			return err
 		}
 	}
@@ -301,7 +302,7 @@ func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
 // held up the shard's evaluation behind the server's latency.
 func (sh *shard) publish(ctx context.Context, c *compiled, fired []Fired) error {
 	for _, fi := range fired {
-		n := c.rule.notification(fi, c.tmpl)
+		n := notification(c.rule, fi, c.tmpl)
 		b, err := json.Marshal(n)
 		if err != nil {
 			return err

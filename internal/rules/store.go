@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/eventgate/eventgate/internal/rules/rule"
 )
 
 // Store keeps rules in a JetStream KV bucket, one key per rule, and a
@@ -125,7 +127,7 @@ func (s *Store) Create(ctx context.Context, r *Rule) (*Rule, error) {
 // Get reads a rule from the bucket (not the cache: a caller reads its
 // own writes).
 func (s *Store) Get(ctx context.Context, t Tenant, name string) (*Rule, error) {
-	e, err := s.kv.Get(ctx, Key(t, name))
+	e, err := s.kv.Get(ctx, rule.Key(t, name))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
@@ -158,7 +160,7 @@ func (s *Store) Delete(ctx context.Context, t Tenant, name string) error {
 	if _, err := s.Get(ctx, t, name); err != nil {
 		return err
 	}
-	if err := s.kv.Delete(ctx, Key(t, name)); err != nil {
+	if err := s.kv.Delete(ctx, rule.Key(t, name)); err != nil {
 		return fmt.Errorf("delete rule: %w", err)
 	}
 	return nil
@@ -166,7 +168,7 @@ func (s *Store) Delete(ctx context.Context, t Tenant, name string) error {
 
 // List returns a tenant's rules by name.
 func (s *Store) List(ctx context.Context, t Tenant) ([]*Rule, error) {
-	lister, err := s.kv.ListKeysFiltered(ctx, TenantPrefix(t))
+	lister, err := s.kv.ListKeysFiltered(ctx, rule.TenantPrefix(t))
 	if err != nil {
 		return nil, fmt.Errorf("list rules: %w", err)
 	}

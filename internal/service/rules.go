@@ -19,25 +19,25 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/authz"
 	"github.com/eventgate/eventgate/internal/event"
-	"github.com/eventgate/eventgate/internal/notify"
+	"github.com/eventgate/eventgate/internal/notify/delivery"
 	"github.com/eventgate/eventgate/internal/query"
-	"github.com/eventgate/eventgate/internal/rules"
+	"github.com/eventgate/eventgate/internal/rules/rule"
 	"github.com/eventgate/eventgate/internal/selector"
 )
 
 // RuleStore keeps rules (internal/rules implements it).
 type RuleStore interface {
-	Create(ctx context.Context, r *rules.Rule) (*rules.Rule, error)
-	Get(ctx context.Context, t rules.Tenant, name string) (*rules.Rule, error)
-	List(ctx context.Context, t rules.Tenant) ([]*rules.Rule, error)
-	Update(ctx context.Context, r *rules.Rule, rev uint64) (*rules.Rule, error)
-	Delete(ctx context.Context, t rules.Tenant, name string) error
+	Create(ctx context.Context, r *rule.Rule) (*rule.Rule, error)
+	Get(ctx context.Context, t rule.Tenant, name string) (*rule.Rule, error)
+	List(ctx context.Context, t rule.Tenant) ([]*rule.Rule, error)
+	Update(ctx context.Context, r *rule.Rule, rev uint64) (*rule.Rule, error)
+	Delete(ctx context.Context, t rule.Tenant, name string) error
 }
 
 // DeliveryLog reads rules' deliveries and redelivers (internal/notify
 // implements it).
 type DeliveryLog interface {
-	Deliveries(ctx context.Context, ruleUID string, limit int) ([]notify.Delivery, error)
+	Deliveries(ctx context.Context, ruleUID string, limit int) ([]delivery.Delivery, error)
 	Redeliver(ctx context.Context, ruleUID, notificationID string) error
 }
 
@@ -57,19 +57,19 @@ func NewRules(store RuleStore, log DeliveryLog, logger *slog.Logger) *Rules {
 
 // rulesStatus maps the rules' own errors, then the common ones.
 func (s *Rules) status(method string, err error) error {
-	var fe *rules.FieldError
+	var fe *rule.FieldError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &fe):
 		return invalidStatus(&InvalidError{Violations: []event.Violation{{Field: fe.Field, Description: fe.Description}}})
-	case errors.Is(err, rules.ErrNotFound):
+	case errors.Is(err, rule.ErrNotFound):
 		return status.Error(codes.NotFound, "rule not found")
-	case errors.Is(err, rules.ErrExists):
+	case errors.Is(err, rule.ErrExists):
 		return status.Error(codes.AlreadyExists, err.Error())
-	case errors.Is(err, rules.ErrConflict):
+	case errors.Is(err, rule.ErrConflict):
 		return status.Error(codes.Aborted, "the rule changed since the given revision: read it again")
-	case errors.Is(err, notify.ErrNoNotification):
+	case errors.Is(err, delivery.ErrNoNotification):
 		return status.Error(codes.NotFound, "no such notification for this rule (or it is past the retention)")
 	}
 	return toStatus(s.logger, method, err)
@@ -77,33 +77,33 @@ func (s *Rules) status(method string, err error) error {
 
 // authorize checks that the caller may manage the tenant's rules and watch
 // its events, and returns the kinds it may watch there (nil: all).
-func authorize(ctx context.Context, pt *eventgatev1.Tenant) (rules.Tenant, []rules.GroupKind, error) {
+func authorize(ctx context.Context, pt *eventgatev1.Tenant) (rule.Tenant, []rule.GroupKind, error) {
 	if pt == nil || pt.GetType() == "" {
-		return rules.Tenant{}, nil, invalid("tenant", "is required")
+		return rule.Tenant{}, nil, invalid("tenant", "is required")
 	}
 	t := &eventgatev1.Tenant{Type: pt.GetType(), Name: pt.GetName()}
 	if vs := event.ValidateTenant(t); len(vs) > 0 {
-		return rules.Tenant{}, nil, tenantInvalid(vs)
+		return rule.Tenant{}, nil, tenantInvalid(vs)
 	}
 	p, err := principal(ctx)
 	if err != nil {
-		return rules.Tenant{}, nil, err
+		return rule.Tenant{}, nil, err
 	}
 	at := &authz.Tenant{Type: t.Type, Name: t.Name}
 	if _, err := p.Scope(authz.VerbRules, at); err != nil {
-		return rules.Tenant{}, nil, err
+		return rule.Tenant{}, nil, err
 	}
 	sc, err := p.Scope(authz.VerbWatch, at)
 	if err != nil {
-		return rules.Tenant{}, nil, err
+		return rule.Tenant{}, nil, err
 	}
-	var kinds []rules.GroupKind
+	var kinds []rule.GroupKind
 	if len(sc.Tenants) == 1 {
 		for _, k := range sc.Tenants[0].Kinds {
-			kinds = append(kinds, rules.GroupKind{Group: k.Group, Kind: k.Kind})
+			kinds = append(kinds, rule.GroupKind{Group: k.Group, Kind: k.Kind})
 		}
 	}
-	return rules.Tenant{Type: t.Type, Name: t.Name}, kinds, nil
+	return rule.Tenant{Type: t.Type, Name: t.Name}, kinds, nil
 }
 
 // CreateRule implements RulesService.CreateRule.
@@ -139,12 +139,12 @@ func (s *Rules) GetRule(ctx context.Context, req *eventgatev1.GetRuleRequest) (*
 	return &eventgatev1.GetRuleResponse{Rule: ruleToProto(r)}, nil
 }
 
-func (s *Rules) get(ctx context.Context, pt *eventgatev1.Tenant, field, name string) (*rules.Rule, error) {
+func (s *Rules) get(ctx context.Context, pt *eventgatev1.Tenant, field, name string) (*rule.Rule, error) {
 	t, _, err := authorize(ctx, pt)
 	if err != nil {
 		return nil, err
 	}
-	if err := rules.ValidateName(field, name); err != nil {
+	if err := rule.ValidateName(field, name); err != nil {
 		return nil, err
 	}
 	return s.store.Get(ctx, t, name)
@@ -178,7 +178,7 @@ func (s *Rules) UpdateRule(ctx context.Context, req *eventgatev1.UpdateRuleReque
 	}
 	_, kinds, _ := authorize(ctx, req.GetRule().GetTenant())
 	if rev := req.GetRevision(); rev != 0 && rev != old.Revision {
-		return nil, s.status("UpdateRule", fmt.Errorf("%w: %s", rules.ErrConflict, old.Name))
+		return nil, s.status("UpdateRule", fmt.Errorf("%w: %s", rule.ErrConflict, old.Name))
 	}
 	r, err := ruleFromProto(req.GetRule(), old)
 	if err != nil {
@@ -201,7 +201,7 @@ func (s *Rules) DeleteRule(ctx context.Context, req *eventgatev1.DeleteRuleReque
 	if err != nil {
 		return nil, s.status("DeleteRule", err)
 	}
-	if err := rules.ValidateName("name", req.GetName()); err != nil {
+	if err := rule.ValidateName("name", req.GetName()); err != nil {
 		return nil, s.status("DeleteRule", err)
 	}
 	if err := s.store.Delete(ctx, t, req.GetName()); err != nil {
@@ -242,11 +242,11 @@ func (s *Rules) ListDeliveries(ctx context.Context, req *eventgatev1.ListDeliver
 
 func deliveryStatus(s string) eventgatev1.DeliveryStatus {
 	switch s {
-	case notify.StatusDelivered:
+	case delivery.StatusDelivered:
 		return eventgatev1.DeliveryStatus_DELIVERY_STATUS_DELIVERED
-	case notify.StatusRetrying:
+	case delivery.StatusRetrying:
 		return eventgatev1.DeliveryStatus_DELIVERY_STATUS_RETRYING
-	case notify.StatusDead:
+	case delivery.StatusDead:
 		return eventgatev1.DeliveryStatus_DELIVERY_STATUS_DEAD
 	}
 	return eventgatev1.DeliveryStatus_DELIVERY_STATUS_UNSPECIFIED
@@ -275,15 +275,15 @@ func newUID() string {
 
 // ruleFromProto validates a rule from the API. old, on update, supplies
 // the write-only secrets the request leaves out.
-func ruleFromProto(p *eventgatev1.Rule, old *rules.Rule) (*rules.Rule, error) {
-	r := &rules.Rule{
+func ruleFromProto(p *eventgatev1.Rule, old *rule.Rule) (*rule.Rule, error) {
+	r := &rule.Rule{
 		Name: p.GetName(), Description: p.GetDescription(), FieldSelector: p.GetFieldSelector(),
 		LabelSelector: p.GetLabelSelector(), Template: p.GetTemplate(), Paused: p.GetPaused(),
 	}
 	if len(r.Description) > 1024 {
 		return nil, invalid("rule.description", "must be at most 1024 bytes")
 	}
-	if err := rules.ValidateName("rule.name", r.Name); err != nil {
+	if err := rule.ValidateName("rule.name", r.Name); err != nil {
 		return nil, err
 	}
 	if err := parseFilter(&r.Filter, "rule.fieldSelector", r.FieldSelector, "rule.labelSelector", r.LabelSelector); err != nil {
@@ -304,15 +304,15 @@ func ruleFromProto(p *eventgatev1.Rule, old *rules.Rule) (*rules.Rule, error) {
 	if err := destinationFromProto(r, p.GetDestination(), old); err != nil {
 		return nil, err
 	}
-	if _, err := rules.CompileTemplate(r.Template); err != nil {
-		var fe *rules.FieldError
+	if _, err := rule.CompileTemplate(r.Template); err != nil {
+		var fe *rule.FieldError
 		if errors.As(err, &fe) {
 			fe.Field = "rule.template"
 		}
 		return nil, err
 	}
 	if err := r.Validate(); err != nil {
-		var fe *rules.FieldError
+		var fe *rule.FieldError
 		if errors.As(err, &fe) && !strings.HasPrefix(fe.Field, "rule.") {
 			fe.Field = "rule." + fe.Field
 		}
@@ -358,14 +358,14 @@ func duration(field string, d *durationpb.Duration) (time.Duration, error) {
 	return d.AsDuration(), nil
 }
 
-func conditionFromProto(r *rules.Rule, c *eventgatev1.Condition) error {
+func conditionFromProto(r *rule.Rule, c *eventgatev1.Condition) error {
 	var err error
 	switch k := c.GetKind().(type) {
 	case *eventgatev1.Condition_Every:
-		r.Condition = rules.Condition{Kind: rules.KindEvery}
+		r.Condition = rule.Condition{Kind: rule.KindEvery}
 	case *eventgatev1.Condition_Count:
 		cc := k.Count
-		r.Condition = rules.Condition{Kind: rules.KindCount, Threshold: int(cc.GetThreshold()), GroupBy: cc.GetGroupBy()}
+		r.Condition = rule.Condition{Kind: rule.KindCount, Threshold: int(cc.GetThreshold()), GroupBy: cc.GetGroupBy()}
 		if r.Condition.Window, err = duration("rule.condition.count.window", cc.GetWindow()); err != nil {
 			return err
 		}
@@ -377,22 +377,22 @@ func conditionFromProto(r *rules.Rule, c *eventgatev1.Condition) error {
 			}
 		}
 	case *eventgatev1.Condition_Series:
-		r.Condition = rules.Condition{Kind: rules.KindSeries, Threshold: int(k.Series.GetThreshold())}
+		r.Condition = rule.Condition{Kind: rule.KindSeries, Threshold: int(k.Series.GetThreshold())}
 	case *eventgatev1.Condition_Absence:
-		r.Condition = rules.Condition{Kind: rules.KindAbsence, GroupBy: k.Absence.GetGroupBy()}
+		r.Condition = rule.Condition{Kind: rule.KindAbsence, GroupBy: k.Absence.GetGroupBy()}
 		if r.Condition.Window, err = duration("rule.condition.absence.window", k.Absence.GetWindow()); err != nil {
 			return err
 		}
 	case *eventgatev1.Condition_Recovery:
-		r.Condition = rules.Condition{Kind: rules.KindRecovery, GroupBy: k.Recovery.GetGroupBy()}
+		r.Condition = rule.Condition{Kind: rule.KindRecovery, GroupBy: k.Recovery.GetGroupBy()}
 	default:
 		return invalid("rule.condition", "one of every, count, series, absence or recovery is required")
 	}
 	return nil
 }
 
-func destinationFromProto(r *rules.Rule, d *eventgatev1.Destination, old *rules.Rule) error {
-	var prev rules.Destination
+func destinationFromProto(r *rule.Rule, d *eventgatev1.Destination, old *rule.Rule) error {
+	var prev rule.Destination
 	if old != nil {
 		prev = old.Destination
 	}
@@ -406,15 +406,15 @@ func destinationFromProto(r *rules.Rule, d *eventgatev1.Destination, old *rules.
 	}
 	switch k := d.GetKind().(type) {
 	case *eventgatev1.Destination_Webhook:
-		r.Destination = rules.Destination{Kind: rules.DestWebhook, URL: k.Webhook.GetUrl(), Secret: k.Webhook.GetSecret()}
-		if prev.Kind == rules.DestWebhook {
+		r.Destination = rule.Destination{Kind: rule.DestWebhook, URL: k.Webhook.GetUrl(), Secret: k.Webhook.GetSecret()}
+		if prev.Kind == rule.DestWebhook {
 			r.Destination.URL = keep(r.Destination.URL, withoutQuery(prev.URL), prev.URL)
 			r.Destination.Secret = keep(r.Destination.Secret, "", prev.Secret)
 		}
 	case *eventgatev1.Destination_Slack:
-		r.Destination = rules.Destination{Kind: rules.DestSlack, URL: k.Slack.GetUrl()}
-		if prev.Kind == rules.DestSlack {
-			r.Destination.URL = keep(r.Destination.URL, notify.RedactedURL(prev.URL), prev.URL)
+		r.Destination = rule.Destination{Kind: rule.DestSlack, URL: k.Slack.GetUrl()}
+		if prev.Kind == rule.DestSlack {
+			r.Destination.URL = keep(r.Destination.URL, delivery.RedactedURL(prev.URL), prev.URL)
 		}
 	case *eventgatev1.Destination_Cloudevents:
 		mode := "structured"
@@ -425,12 +425,12 @@ func destinationFromProto(r *rules.Rule, d *eventgatev1.Destination, old *rules.
 		default:
 			return invalid("rule.destination.cloudevents.mode", "unknown mode %d", k.Cloudevents.GetMode())
 		}
-		r.Destination = rules.Destination{Kind: rules.DestCloudEvents, URL: k.Cloudevents.GetUrl(), Mode: mode}
-		if prev.Kind == rules.DestCloudEvents {
+		r.Destination = rule.Destination{Kind: rule.DestCloudEvents, URL: k.Cloudevents.GetUrl(), Mode: mode}
+		if prev.Kind == rule.DestCloudEvents {
 			r.Destination.URL = keep(r.Destination.URL, withoutQuery(prev.URL), prev.URL)
 		}
 	case *eventgatev1.Destination_Nats:
-		r.Destination = rules.Destination{Kind: rules.DestNATS, Subject: k.Nats.GetSubject()}
+		r.Destination = rule.Destination{Kind: rule.DestNATS, Subject: k.Nats.GetSubject()}
 	default:
 		return invalid("rule.destination", "one of webhook, slack, cloudevents or nats is required")
 	}
@@ -452,7 +452,7 @@ func withoutQuery(raw string) string {
 	return u.String()
 }
 
-func ruleToProto(r *rules.Rule) *eventgatev1.Rule {
+func ruleToProto(r *rule.Rule) *eventgatev1.Rule {
 	p := &eventgatev1.Rule{
 		Name: r.Name, Tenant: &eventgatev1.Tenant{Type: r.Tenant.Type, Name: r.Tenant.Name}, Description: r.Description,
 		FieldSelector: r.FieldSelector, LabelSelector: r.LabelSelector, Template: r.Template, Paused: r.Paused,
@@ -461,17 +461,17 @@ func ruleToProto(r *rules.Rule) *eventgatev1.Rule {
 	}
 	c := r.Condition
 	switch c.Kind {
-	case rules.KindEvery:
+	case rule.KindEvery:
 		p.Condition = &eventgatev1.Condition{Kind: &eventgatev1.Condition_Every{Every: &eventgatev1.EveryCondition{}}}
-	case rules.KindCount:
+	case rule.KindCount:
 		p.Condition = &eventgatev1.Condition{Kind: &eventgatev1.Condition_Count{Count: &eventgatev1.CountCondition{
 			Threshold: int32(c.Threshold), Window: durationpb.New(c.Window), GroupBy: c.GroupBy, ResolveFieldSelector: r.ResolveFieldSelector}}}
-	case rules.KindSeries:
+	case rule.KindSeries:
 		p.Condition = &eventgatev1.Condition{Kind: &eventgatev1.Condition_Series{Series: &eventgatev1.SeriesCondition{Threshold: int32(c.Threshold)}}}
-	case rules.KindAbsence:
+	case rule.KindAbsence:
 		p.Condition = &eventgatev1.Condition{Kind: &eventgatev1.Condition_Absence{Absence: &eventgatev1.AbsenceCondition{
 			Window: durationpb.New(c.Window), GroupBy: c.GroupBy}}}
-	case rules.KindRecovery:
+	case rule.KindRecovery:
 		p.Condition = &eventgatev1.Condition{Kind: &eventgatev1.Condition_Recovery{Recovery: &eventgatev1.RecoveryCondition{GroupBy: c.GroupBy}}}
 	}
 	if r.Renotify > 0 || r.SkipResolved {
@@ -482,19 +482,19 @@ func ruleToProto(r *rules.Rule) *eventgatev1.Rule {
 	}
 	d := r.Destination
 	switch d.Kind {
-	case rules.DestWebhook:
+	case rule.DestWebhook:
 		p.Destination = &eventgatev1.Destination{Kind: &eventgatev1.Destination_Webhook{Webhook: &eventgatev1.WebhookDestination{
 			Url: withoutQuery(d.URL), SecretSet: d.Secret != ""}}}
-	case rules.DestSlack:
-		p.Destination = &eventgatev1.Destination{Kind: &eventgatev1.Destination_Slack{Slack: &eventgatev1.SlackDestination{Url: notify.RedactedURL(d.URL)}}}
-	case rules.DestCloudEvents:
+	case rule.DestSlack:
+		p.Destination = &eventgatev1.Destination{Kind: &eventgatev1.Destination_Slack{Slack: &eventgatev1.SlackDestination{Url: delivery.RedactedURL(d.URL)}}}
+	case rule.DestCloudEvents:
 		mode := eventgatev1.CloudEventsMode_CLOUD_EVENTS_MODE_STRUCTURED
 		if d.Mode == "binary" {
 			mode = eventgatev1.CloudEventsMode_CLOUD_EVENTS_MODE_BINARY
 		}
 		p.Destination = &eventgatev1.Destination{Kind: &eventgatev1.Destination_Cloudevents{Cloudevents: &eventgatev1.CloudEventsDestination{
 			Url: withoutQuery(d.URL), Mode: mode}}}
-	case rules.DestNATS:
+	case rule.DestNATS:
 		p.Destination = &eventgatev1.Destination{Kind: &eventgatev1.Destination_Nats{Nats: &eventgatev1.NatsDestination{Subject: d.Subject}}}
 	}
 	return p
