@@ -30,15 +30,11 @@ func newTop(g *globals) *cobra.Command {
 			if len(args) == 1 {
 				dimension = args[0]
 			}
-			c, conn, err := g.dial()
+			c, conn, tenant, err := g.dialTenant()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			tenant, err := conn.tenant()
-			if err != nil {
-				return err
-			}
 			q := f.query(conn, tenant)
 			req := &client.TopRequest{
 				Tenant: q.Tenant, Namespace: q.Namespace, Type: q.Type, Reason: q.Reason, ReportingController: q.ReportingController,
@@ -89,15 +85,11 @@ func newHistogram(g *globals) *cobra.Command {
   eventgate histogram --type Warning -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, conn, err := g.dial()
+			c, conn, tenant, err := g.dialTenant()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			tenant, err := conn.tenant()
-			if err != nil {
-				return err
-			}
 			q := f.query(conn, tenant)
 			req := &client.HistogramRequest{
 				Tenant: q.Tenant, Namespace: q.Namespace, Type: q.Type, Reason: q.Reason, ReportingController: q.ReportingController,

@@ -172,6 +172,21 @@ func (c connection) tenant() (*client.Tenant, error) {
 }
 
 // dial connects to the resolved server.
+// dialTenant is dial and the connection's tenant (nil: the caller's
+// default), the client closed when the tenant is not valid.
+func (g *globals) dialTenant() (*client.Client, connection, *client.Tenant, error) {
+	c, conn, err := g.dial()
+	if err != nil {
+		return nil, conn, nil, err
+	}
+	tenant, err := conn.tenant()
+	if err != nil {
+		c.Close()
+		return nil, conn, nil, err
+	}
+	return c, conn, tenant, nil
+}
+
 func (g *globals) dial() (*client.Client, connection, error) {
 	c, err := g.resolve()
 	if err != nil {

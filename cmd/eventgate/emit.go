@@ -114,15 +114,11 @@ func (fl *emitFlags) event() (*client.Event, error) {
 // emit emits evs (in the context's namespace when they name none) and
 // prints each one's outcome.
 func (g *globals) emit(ctx context.Context, evs []*client.Event, idemKey string) error {
-	c, conn, err := g.dial()
+	c, conn, tenant, err := g.dialTenant()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	tenant, err := conn.tenant()
-	if err != nil {
-		return err
-	}
 	for _, e := range evs {
 		if e.Namespace == "" && e.GetRegarding().GetNamespace() == "" {
 			e.Namespace = conn.Namespace

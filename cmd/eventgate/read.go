@@ -75,15 +75,11 @@ func newQuery(g *globals) *cobra.Command {
   eventgate query --field-selector 'reason in (BackOff,Failed)' -o ndjson`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, conn, err := g.dial()
+			c, conn, tenant, err := g.dialTenant()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			tenant, err := conn.tenant()
-			if err != nil {
-				return err
-			}
 			p, err := newPrinter(g.stdout, output, f.namespace(conn) == "")
 			if err != nil {
 				return err
@@ -136,15 +132,11 @@ func newGet(g *globals) *cobra.Command {
   eventgate get 9b2f6c1e-2d0a-4f5e-8c3b-2f1d0e9a7b6c`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, conn, err := g.dial()
+			c, conn, tenant, err := g.dialTenant()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			tenant, err := conn.tenant()
-			if err != nil {
-				return err
-			}
 			req := &client.GetRequest{Tenant: tenant}
 			if conn.Namespace != "" {
 				req.Namespace, req.Name = conn.Namespace, args[0]
@@ -188,15 +180,11 @@ resourceVersion of a printed event, or of a query), so nothing in between is mis
   eventgate watch -A --type Warning -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, conn, err := g.dial()
+			c, conn, tenant, err := g.dialTenant()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			tenant, err := conn.tenant()
-			if err != nil {
-				return err
-			}
 			p, err := newPrinter(g.stdout, output, f.namespace(conn) == "")
 			if err != nil {
 				return err

@@ -19,15 +19,11 @@ import (
 
 // rulesCall dials and resolves the tenant every rules command needs.
 func (g *globals) rulesCall(ctx context.Context, fn func(ctx context.Context, rc eventgatev1.RulesServiceClient, t *eventgatev1.Tenant) error) error {
-	c, conn, err := g.dial()
+	c, conn, t, err := g.dialTenant()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	t, err := conn.tenant()
-	if err != nil {
-		return err
-	}
 	if t == nil {
 		return errors.New("rules belong to a tenant: pass --tenant type/name (or set EVENTGATE_TENANT)")
 	}

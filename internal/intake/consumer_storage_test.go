@@ -9,24 +9,39 @@ import (
 	"github.com/eventgate/eventgate/internal/series"
 )
 
+// seriesTestConfig is testConfig with series kept for a minute.
+func seriesTestConfig() Config {
+	cfg := testConfig()
+	cfg.Series = series.Config{Window: time.Minute, FinishAfter: time.Minute, FlushInterval: 300 * time.Millisecond, Heartbeat: 30 * time.Second}
+	return cfg
+}
+
+// startSeries submits two occurrences of key k through r and returns the
+// first, which the second made a series.
+func startSeries(t *testing.T, r *replica, k int) *eventgatev1.Event {
+	t.Helper()
+	ctx := context.Background()
+	first := occurrence(k, "1")
+	if res := submitOne(t, r.in, ctx, first, ""); res.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED {
+		t.Fatalf("first: %+v", res)
+	}
+	if res := submitOne(t, r.in, ctx, occurrence(k, "2"), ""); res.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_STARTED {
+		t.Fatalf("second: %+v", res)
+	}
+	return first
+}
+
 // TestPartitionConsumersAreKeptInMemory: the partitions' consumers write
 // no state files (an owner resumes from its checkpoint), and a consumer an
 // earlier version kept in a file is replaced at start, its partition's
 // series going on under their uids.
 func TestPartitionConsumersAreKeptInMemory(t *testing.T) {
 	ns := startServer(t)
-	cfg := testConfig()
-	cfg.Series = series.Config{Window: time.Minute, FinishAfter: time.Minute, FlushInterval: 300 * time.Millisecond, Heartbeat: 30 * time.Second}
+	cfg := seriesTestConfig()
 	ctx := context.Background()
 
 	a := startReplica(t, ns, "", "a", cfg)
-	first := occurrence(3, "1")
-	if r := submitOne(t, a.in, ctx, first, ""); r.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED {
-		t.Fatalf("first: %+v", r)
-	}
-	if r := submitOne(t, a.in, ctx, occurrence(3, "2"), ""); r.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_STARTED {
-		t.Fatalf("second: %+v", r)
-	}
+	first := startSeries(t, a, 3)
 	a.stop(t)
 
 	// As an earlier version left it: partition p's consumer in a file.
@@ -66,18 +81,10 @@ func TestPartitionConsumersAreKeptInMemory(t *testing.T) {
 // its checkpoint and its series count on exactly.
 func TestLostPartitionConsumerIsCreatedAgain(t *testing.T) {
 	ns := startServer(t)
-	cfg := testConfig()
-	cfg.Series = series.Config{Window: time.Minute, FinishAfter: time.Minute, FlushInterval: 300 * time.Millisecond, Heartbeat: 30 * time.Second}
+	cfg := seriesTestConfig()
 	ctx := context.Background()
 	a := startReplica(t, ns, "", "a", cfg)
-
-	first := occurrence(5, "1")
-	if r := submitOne(t, a.in, ctx, first, ""); r.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED {
-		t.Fatalf("first: %+v", r)
-	}
-	if r := submitOne(t, a.in, ctx, occurrence(5, "2"), ""); r.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_STARTED {
-		t.Fatalf("second: %+v", r)
-	}
+	first := startSeries(t, a, 5)
 	takeovers := a.in.Stats().Takeovers
 
 	st, err := a.js.Stream(ctx, cfg.Stream)
