@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/gateway"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 )
 
@@ -41,12 +44,27 @@ const floorPartitions = 8
 // as they take them, and returns the events per second from the first
 // publish until the engine holds the last. It loads libchdb.so, so the
 // runner calls it in a child process.
-func PipelineFloor(ctx context.Context, dir, lib string, total int) (float64, error) {
+//
+// It also reports the memory the parts alone hold at that rate, with the
+// gateway's garbage collector settings: the process's peak RSS and its Go
+// heap in use when the last event reached the engine (as the gateway's is
+// read after a phase). The gateway holds at least that much at the same
+// rate: the embedded server's caches of recent blocks and duplicate ids,
+// the engine's.
+func PipelineFloor(ctx context.Context, dir, lib string, total int) (FloorRun, error) {
+	gateway.TuneRuntime(config.Default(), slog.New(slog.DiscardHandler))
 	run, err := runFloor(ctx, dir, lib, total, 0)
 	if err != nil {
-		return 0, err
+		return FloorRun{}, err
 	}
-	return run.Rate, nil
+	return FloorRun{Rate: run.Rate, HeapInuseMiB: run.heapMiB, PeakRSSMiB: run.peakRSSMiB}, nil
+}
+
+// FloorRun is a run of the composed parts as fast as they take events.
+type FloorRun struct {
+	Rate         float64 `json:"rate"` // events/s
+	HeapInuseMiB float64 `json:"heapInuseMiB"`
+	PeakRSSMiB   float64 `json:"peakRSSMiB"`
 }
 
 // FloorLatency is a paced run of the composed parts: the latency an event
@@ -92,9 +110,10 @@ const (
 )
 
 type floorRun struct {
-	Rate       float64
-	ack, watch []float64
-	batches    int
+	Rate                float64
+	ack, watch          []float64
+	batches             int
+	heapMiB, peakRSSMiB float64 // when the last event reached the engine
 }
 
 // floorTimes gathers a paced run's latencies.
@@ -273,6 +292,9 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 		cancel(fmt.Errorf("pipeline floor: %d of %d inserted after 5m", inserted.Load(), total))
 	}
 	elapsed := time.Since(start)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	peak, _, _ := processMemory("self")
 	cancel(nil)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -281,7 +303,8 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 	if n := inserted.Load(); n != int64(total) {
 		return nil, fmt.Errorf("pipeline floor: %d of %d inserted", n, total)
 	}
-	run := &floorRun{Rate: float64(total) / elapsed.Seconds(), batches: batches}
+	run := &floorRun{Rate: float64(total) / elapsed.Seconds(), batches: batches,
+		heapMiB: float64(ms.HeapInuse) / (1 << 20), peakRSSMiB: peak}
 	if times != nil {
 		times.mu.Lock()
 		run.ack, run.watch = times.acks, times.watchs
@@ -528,3 +551,4 @@ func floorIngest(ctx context.Context, events jetstream.Stream, st *clickhouse.St
 	}
 	return nil
 }
+

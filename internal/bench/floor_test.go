@@ -7,16 +7,17 @@ import (
 )
 
 // The floor passes every event through each part once: it fails unless the
-// engine received exactly as many rows as were published.
+// engine received exactly as many rows as were published. It reports the
+// memory the parts held.
 func TestPipelineFloorPassesEveryEventThroughEachPart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rate, err := PipelineFloor(ctx, t.TempDir(), "", 3000)
+	run, err := PipelineFloor(ctx, t.TempDir(), "", 3000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rate <= 0 {
-		t.Errorf("rate %v, want > 0", rate)
+	if run.Rate <= 0 || run.HeapInuseMiB <= 0 || run.PeakRSSMiB < run.HeapInuseMiB {
+		t.Errorf("floor run %+v: want a rate, a heap in use and a peak RSS above it", run)
 	}
 }
 

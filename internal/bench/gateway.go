@@ -166,7 +166,13 @@ func (g *Gateway) CPUTime() (time.Duration, error) {
 // Memory returns the gateway's peak and current resident set (VmHWM,
 // VmRSS) in MiB.
 func (g *Gateway) Memory() (peak, now float64, err error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(g.Pid()) + "/status")
+	return processMemory(strconv.Itoa(g.Pid()))
+}
+
+// processMemory returns the peak and current resident set in MiB of the
+// process pid ("self": this one).
+func processMemory(pid string) (peak, now float64, err error) {
+	f, err := os.Open("/proc/" + pid + "/status")
 	if err != nil {
 		return 0, 0, fmt.Errorf("process status: %w", err)
 	}

@@ -252,6 +252,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.rep.Add(SecMemory, "gateway Go heap in use, most after a phase", "MiB", []float64{r.maxHeap}, Below(512),
 			"go_memstats_heap_inuse_bytes from /metrics after each phase (the rest of the RSS is mostly the chDB engine)")
 	}
+	if base.floorRSS > 0 {
+		note := fmt.Sprintf("the write path floor's process (section 1) at %s events/s, with the gateway's GC settings: the embedded server's caches and duplicate ids and the engine, with none of the gateway's logic", formatValue(base.floor))
+		r.rep.Add(SecMemory, "write path floor: peak RSS", "MiB", []float64{base.floorRSS}, nil, note)
+		r.rep.Add(SecMemory, "write path floor: Go heap in use when the last event was stored", "MiB", []float64{base.floorHeap}, nil, "")
+	}
 	r.logf("stopping the gateway (peak RSS %.0f MiB)", peak)
 	if err := g.Stop(); err != nil {
 		r.rep.Notes = append(r.rep.Notes, "gateway stop: "+err.Error())
@@ -282,7 +287,11 @@ func (r *runner) child(ctx context.Context, out any, args ...string) error {
 	return nil
 }
 
-type baselines struct{ publish, insert, floor float64 }
+type baselines struct {
+	publish, insert, floor float64
+	// floorMem is the median floor run's memory (FloorRun).
+	floorHeap, floorRSS float64
+}
 
 func (r *runner) baselines(ctx context.Context) (baselines, error) {
 	sc := r.cfg.Scale
@@ -313,18 +322,19 @@ func (r *runner) baselines(ctx context.Context) (baselines, error) {
 	batch := config.Default().ClickHouse.BatchSize
 	r.rep.Add(SecBaseline, fmt.Sprintf("ClickHouse (chDB) insert, batches of %d", batch), "rows/s", ins, nil,
 		fmt.Sprintf("Store.Insert into the real events table (+ analytics views), %d batches per run, fresh engine in a child process", sc.InsertBatches))
-	var floors []float64
+	var floors, heaps, rsss []float64
 	for i := 0; i < sc.Runs; i++ {
-		var rate float64
+		var run FloorRun
 		dir := filepath.Join(r.cfg.WorkDir, "pipeline-floor")
-		err := r.child(ctx, &rate, "pipeline-floor", "-dir", dir, "-total", strconv.Itoa(sc.PublishTotal))
+		err := r.child(ctx, &run, "pipeline-floor", "-dir", dir, "-total", strconv.Itoa(sc.PublishTotal))
 		os.RemoveAll(dir)
 		if err != nil {
 			return b, fmt.Errorf("write path floor: %w", err)
 		}
-		floors = append(floors, rate)
-		r.logf("baseline write path floor run %d: %.0f events/s", i+1, rate)
+		floors, heaps, rsss = append(floors, run.Rate), append(heaps, run.HeapInuseMiB), append(rsss, run.PeakRSSMiB)
+		r.logf("baseline write path floor run %d: %.0f events/s, Go heap in use %.0f MiB, peak RSS %.0f MiB", i+1, run.Rate, run.HeapInuseMiB, run.PeakRSSMiB)
 	}
+	b.floorHeap, b.floorRSS = Median(heaps), Median(rsss)
 	r.rep.Add(SecBaseline, "Write path floor: the parts composed", "events/s", floors, nil,
 		fmt.Sprintf("%d distinct events per run: intake stream → owner decode + events stream → watch-feed decode and ClickHouse ingest, in one process (bench.PipelineFloor)", sc.PublishTotal))
 	b.publish, b.insert, b.floor = Median(pubs), Median(ins), Median(floors)

@@ -638,6 +638,50 @@ func TestTraceContextFlowsToWatchers(t *testing.T) {
 	}
 }
 
+// TestWithoutAnExporterOnlyACallersTraceIsCarried: a gateway with no trace
+// exporter records no spans, so an event emitted without a traceparent is
+// stored without one, and a caller's trace still reaches the events stream.
+func TestWithoutAnExporterOnlyACallersTraceIsCarried(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	tg := startGateway(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const callerTrace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	emit := func(ctx context.Context, name string) string {
+		t.Helper()
+		resp, err := tg.client.Emit(ctx, &eventgatev1.EmitRequest{Events: []*eventgatev1.Event{testEvent("T", "Pod", "ns", name)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetResults()[0].GetResourceVersion()
+	}
+	untraced := emit(ctx, "untraced")
+	traced := emit(metadata.NewOutgoingContext(ctx, metadata.Pairs("traceparent", callerTrace)), "traced")
+	st, err := tg.js.Stream(ctx, tg.cfg.NATS.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := func(rv string) string {
+		t.Helper()
+		seq, err := strconv.ParseUint(rv, 10, 64)
+		if err != nil {
+			t.Fatalf("resourceVersion %q: %v", rv, err)
+		}
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return propagation.HeaderCarrier(m.Header).Get("traceparent")
+	}
+	if tp := header(untraced); tp != "" {
+		t.Errorf("untraced event stored with traceparent %q", tp)
+	}
+	if tp := header(traced); !strings.HasPrefix(tp, "00-0af7651916cd43dd8448eb211c80319c-") {
+		t.Errorf("traced event stored with traceparent %q, want the caller's trace", tp)
+	}
+}
+
 // endNotifier sends every ended span with the given name to ch.
 type endNotifier struct {
 	name string

@@ -155,7 +155,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		WatchBuffer: cfg.WatchBuffer,
 		Intake:      in,
 		Limits:      lim,
-	}, ejs.NewPublisher(g.paths.emit.js, cfg.NATS.Stream), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))
+	}, ejs.NewPublisher(g.paths.emit.js), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))
 	analytics := service.NewAnalytics(g.store, g.ingest, log).WithTenantLimits(lim)
 	var tracker service.Tracker
 	if g.intake != nil {
@@ -181,12 +181,12 @@ func (g *Gateway) startTelemetry(ctx context.Context, o options) error {
 		g.tp = o.tracerProvider
 		return nil
 	}
-	tp, err := telemetry.NewTracerProvider(ctx, g.cfg.OTLPEndpoint, Version)
+	tp, shutdown, err := telemetry.NewTracerProvider(ctx, g.cfg.OTLPEndpoint, Version)
 	if err != nil {
 		return err
 	}
 	g.tp = tp
-	g.shutdown = append(g.shutdown, tp.Shutdown)
+	g.shutdown = append(g.shutdown, shutdown)
 	return nil
 }
 
@@ -285,7 +285,7 @@ func (g *Gateway) startIntake(ctx context.Context) (service.Intake, error) {
 	icfg.Duplicates = max(icfg.Duplicates, g.cfg.NATS.Duplicates)
 	var err error
 	if g.intake, err = intake.Start(ctx, g.nc, g.js, icfg, g.log, g.registry,
-		intake.CallVia(g.paths.emit.js), intake.WriteVia(g.paths.write.js, g.cfg.NATS.Stream), intake.AsMember(g.replica.ID)); err != nil {
+		intake.CallVia(g.paths.emit.js), intake.WriteVia(g.paths.write.js), intake.AsMember(g.replica.ID)); err != nil {
 		return nil, err
 	}
 	return g.intake, nil

@@ -162,8 +162,8 @@ func CallVia(js jetstream.JetStream) StartOption { return func(in *Intake) { in.
 
 // WriteVia publishes the owners' writes to the events stream through js,
 // so that their acknowledgements do not wait behind the owners' fetches.
-func WriteVia(js jetstream.JetStream, stream string) StartOption {
-	return func(in *Intake) { in.pub = ejs.NewPublisher(js, stream) }
+func WriteVia(js jetstream.JetStream) StartOption {
+	return func(in *Intake) { in.pub = ejs.NewPublisher(js) }
 }
 
 // AsMember announces this intake to the others under id (the replica id)
@@ -195,7 +195,7 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		nc:         nc,
 		js:         js,
 		callJS:     js,
-		pub:        ejs.NewPublisher(js, cfg.EventsStream),
+		pub:        ejs.NewPublisher(js),
 		log:        log,
 		m:          newMetrics(reg),
 		store:      &store{kv: kv, js: js, bucket: cfg.Bucket, chunkSize: chunk},
@@ -516,7 +516,9 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 			e.m.Header.Set(HeaderBatch, formatIndexes(e.idxs))
 		}
 		var err error
-		if futs[k], err = in.callJS.PublishMsgAsync(e.m, jetstream.WithExpectStream(in.cfg.Stream)); err != nil {
+		// No Nats-Expected-Stream (stored with each entry): the intake stream
+		// is the only one that may capture its subjects.
+		if futs[k], err = in.callJS.PublishMsgAsync(e.m); err != nil {
 			forget()
 			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, e.idxs[0], err)
 		}

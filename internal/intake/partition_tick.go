@@ -31,7 +31,7 @@ func (pt *partition) maybeTick() {
 func (pt *partition) publishTick() jetstream.PubAckFuture {
 	m := nats.NewMsg(pt.subject)
 	m.Header.Set(HeaderTick, "1")
-	f, err := pt.in.js.PublishMsgAsync(m, jetstream.WithExpectStream(pt.in.cfg.Stream))
+	f, err := pt.in.js.PublishMsgAsync(m)
 	if err != nil {
 		pt.log.Debug("publish tick", "err", err)
 		return nil

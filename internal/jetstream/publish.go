@@ -16,13 +16,12 @@ import (
 // into its message (subject, message id, write reason, series minutes,
 // trace context) and publishes it asynchronously.
 type Publisher struct {
-	js     jetstream.JetStream
-	stream string
+	js jetstream.JetStream
 }
 
-// NewPublisher returns a publisher for stream.
-func NewPublisher(js jetstream.JetStream, stream string) *Publisher {
-	return &Publisher{js: js, stream: stream}
+// NewPublisher returns a publisher of the events stream through js.
+func NewPublisher(js jetstream.JetStream) *Publisher {
+	return &Publisher{js: js}
 }
 
 var traceContext = propagation.TraceContext{}
@@ -59,7 +58,11 @@ func (p *Publisher) Async(w wire.Write) (jetstream.PubAckFuture, error) {
 	if err != nil {
 		return nil, fmt.Errorf("publish write %s: %w", w.ID, err)
 	}
-	f, err := p.js.PublishMsgAsync(m, jetstream.WithExpectStream(p.stream))
+	// No Nats-Expected-Stream header: the server stores it with every
+	// message (28 bytes a write), and it guards nothing here, since no two
+	// streams of an account may capture one subject: the stream that
+	// acknowledges an events subject is the events stream.
+	f, err := p.js.PublishMsgAsync(m)
 	if err != nil {
 		return nil, fmt.Errorf("publish write %s: %w", w.ID, err)
 	}
@@ -88,7 +91,7 @@ func (p *Publisher) Start(ws []wire.Write) (wait func(context.Context) ([]wire.A
 func (p *Publisher) Publish(ctx context.Context, msgs []*nats.Msg) ([]wire.Ack, error) {
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
-		f, err := p.js.PublishMsgAsync(m, jetstream.WithExpectStream(p.stream))
+		f, err := p.js.PublishMsgAsync(m)
 		if err != nil {
 			return nil, fmt.Errorf("publish %s: %w", m.Subject, err)
 		}

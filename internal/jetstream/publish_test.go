@@ -81,7 +81,7 @@ func TestPublisherAcksInOrderAndDeduplicatesByID(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	p := NewPublisher(js, "EVENTS")
+	p := NewPublisher(js)
 	ws := []wire.Write{{Event: testEvent("a"), ID: "a"}, {Event: testEvent("b"), ID: "b"}, {Event: testEvent("c")}}
 	wait, err := p.Start(ws)
 	if err != nil {

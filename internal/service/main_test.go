@@ -89,7 +89,7 @@ func newEvents(series bool) *Events {
 	if series {
 		cfg.Intake = env.intake
 	}
-	return NewEvents(cfg, ejs.NewPublisher(env.js, ejs.DefaultConfig().Stream), env.hub, nil, nil,
+	return NewEvents(cfg, ejs.NewPublisher(env.js), env.hub, nil, nil,
 		slog.New(slog.DiscardHandler), noop.NewTracerProvider(), nil)
 }
 
