@@ -551,4 +551,3 @@ func floorIngest(ctx context.Context, events jetstream.Stream, st *clickhouse.St
 	}
 	return nil
 }
-
