@@ -320,7 +320,7 @@ func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, po
 	var h hash128
 	if a.entries[string(a.buf)] == nil {
 		h = hashKey(a.buf)
-		if s, ok := a.single.byHash[h]; ok {
+		if s, ok := a.single.get(h); ok {
 			f, err := a.firstOccurrence(s)
 			if err != nil {
 				return Decision{}, err
@@ -341,7 +341,7 @@ func (a *Aggregator) observe(ev *eventgatev1.Event, raw []byte, at time.Time, po
 	switch {
 	case e == nil && first != nil:
 		// Still tracked, so within Window: its series starts.
-		s := a.single.byHash[h]
+		s, _ := a.single.get(h)
 		a.dropSingle(h, s.pos)
 		e = a.track(string(a.buf), first, s.pos)
 		e.count = 2
@@ -403,7 +403,7 @@ func (a *Aggregator) created(ev *eventgatev1.Event, raw []byte, t int64, pos uin
 
 // firstOccurrence returns singleton s's first occurrence, series cleared.
 func (a *Aggregator) firstOccurrence(s single) (*eventgatev1.Event, error) {
-	raw, ok := a.single.recent.get(s.off, s.n)
+	raw, ok := a.single.encoding(s)
 	if !ok {
 		if a.read == nil {
 			return nil, fmt.Errorf("%w (position %d)", ErrNoReader, s.pos)
@@ -574,7 +574,7 @@ func (a *Aggregator) runTimers(t int64, ws []Write) []Write {
 func (a *Aggregator) fitBudget(t int64, ws []Write, keep *entry) []Write {
 	next := int64(0)
 	if keep == nil {
-		next = singleBytes + ringRecBytes
+		next = singleBytes
 	}
 	for {
 		keys := len(a.entries) + a.single.live()

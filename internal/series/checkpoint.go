@@ -314,12 +314,15 @@ func (a *Aggregator) restoreSingle(r ringRec, raw []byte) error {
 	if r.last > a.clock || r.pos > a.pos {
 		return errors.New("a singleton after the snapshot's position")
 	}
+	if r.h == (hash128{}) {
+		return errors.New("a singleton without a hash")
+	}
 	if a.single.n > 0 {
 		if t := a.single.at(a.single.n - 1); t.pos >= r.pos || t.last > r.last {
 			return errors.New("singletons out of order")
 		}
 	}
-	if _, dup := a.single.byHash[r.h]; dup {
+	if _, dup := a.single.get(r.h); dup {
 		return fmt.Errorf("singleton at %d tracked twice", r.pos)
 	}
 	a.single.add(r.h, r.tenant, r.last, r.pos, raw)

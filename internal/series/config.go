@@ -12,7 +12,7 @@ const (
 	DefaultFlushInterval = 30 * time.Second
 	DefaultHeartbeat     = 5 * time.Minute
 	DefaultFinishAfter   = 6 * time.Minute
-	DefaultMaxBytes      = 8 << 20
+	DefaultMaxBytes      = 4 << 20
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
@@ -37,11 +37,11 @@ type Config struct {
 	// Default 6m.
 	FinishAfter time.Duration `yaml:"finishAfter"`
 	// MaxBytes is the memory budget of an Aggregator's tracked keys:
-	// singletons that may still start a series (about 200 bytes
-	// each), ongoing series (about three times their event's encoding) and
-	// a ring of the most recent singletons' encodings (an eighth of the
-	// budget). See the package documentation for what happens at the
-	// budget. Default 8 MiB, at least 64 KiB.
+	// singletons that may still start a series (87 bytes each),
+	// ongoing series (about three times their event's encoding) and a ring
+	// of the most recent singletons' encodings (an eighth of the budget).
+	// See the package documentation for what happens at the budget.
+	// Default 4 MiB (about 40,000 singletons), at least 64 KiB.
 	MaxBytes int64 `yaml:"maxBytes"`
 	// MaxActive, when set, also caps the number of tracked keys. Default
 	// none: the budget is MaxBytes.

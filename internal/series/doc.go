@@ -11,7 +11,7 @@
 // the original returned: a crash at any point is safe without an outbox,
 // since what was published before is published again and deduplicated by
 // id. A singleton is tracked as its key's 128-bit hash and log position
-// (about 170 bytes); Config.MaxBytes is the memory budget of all that is
+// (about 85 bytes); Config.MaxBytes is the memory budget of all that is
 // tracked.
 //
 // Semantics, the owner's protocol, the memory bound and the checkpoint

@@ -1,8 +1,10 @@
 package series
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -221,6 +223,69 @@ func TestFloodingTenantForgetsOnlyItsOwnSingletons(t *testing.T) {
 	for id, ts := range a.single.tenants {
 		if len(ts.idxs) > 2*ts.live+64 {
 			t.Errorf("tenant %x lists %d singletons for %d live", id, len(ts.idxs), ts.live)
+		}
+	}
+}
+
+// TestSinglesIndexAgreesWithAMap: through adds, removals out of order,
+// expiry from the oldest and compactions, the singles find exactly the
+// tracked hashes, at their positions, with their first encodings while
+// the recent ring holds them. Hashes share their index home bits in
+// clusters, so that probing and backward-shift deletion run long.
+func TestSinglesIndexAgreesWithAMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := newSingles(64 << 10)
+	want := map[hash128]uint64{}
+	raws := map[uint64][]byte{}
+	var order []hash128 // in log order, including forgotten ones
+	pos := uint64(0)
+	check := func(step int) {
+		t.Helper()
+		if s.live() != len(want) {
+			t.Fatalf("step %d: %d live, want %d", step, s.live(), len(want))
+		}
+		for h, p := range want {
+			v, ok := s.get(h)
+			if !ok || v.pos != p {
+				t.Fatalf("step %d: get(%x) = %+v %v, want position %d", step, h, v, ok, p)
+			}
+			if raw, ok := s.encoding(v); ok && string(raw) != string(raws[p]) {
+				t.Fatalf("step %d: encoding of %d is %q, want %q", step, p, raw, raws[p])
+			}
+		}
+	}
+	for step := range 30_000 {
+		switch op := rng.IntN(10); {
+		case op < 6: // a new singleton
+			var h hash128
+			binary.LittleEndian.PutUint64(h[:8], uint64(rng.IntN(1024))) // clustered homes
+			binary.LittleEndian.PutUint64(h[8:], rng.Uint64()|1)
+			pos++
+			raw := []byte(fmt.Sprintf("event %d", pos))
+			s.add(h, uint64(rng.IntN(5)), int64(pos), pos, raw)
+			want[h], raws[pos] = pos, raw
+			order = append(order, h)
+		case op < 9 && len(order) > 0: // forgotten out of order
+			h := order[rng.IntN(len(order))]
+			s.remove(h)
+			delete(want, h)
+		default: // the oldest expires
+			if r, ok := s.oldest(); ok {
+				s.remove(r.h)
+				delete(want, r.h)
+				s.pop()
+			}
+		}
+		if step%997 == 0 {
+			check(step)
+		}
+	}
+	check(-1)
+	for _, h := range order {
+		if _, tracked := want[h]; !tracked {
+			if v, ok := s.get(h); ok {
+				t.Fatalf("forgotten %x still found at %d", h, v.pos)
+			}
 		}
 	}
 }

@@ -293,7 +293,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.DurationVar(&c.Intake.Series.FlushInterval, "series-flush-interval", c.Intake.Series.FlushInterval, "an ongoing series' stored event is refreshed at most this often (default 30s)")
 	fs.DurationVar(&c.Intake.Series.Heartbeat, "series-heartbeat", c.Intake.Series.Heartbeat, "an ongoing series is rewritten at least this often (default 5m)")
 	fs.DurationVar(&c.Intake.Series.FinishAfter, "series-finish-after", c.Intake.Series.FinishAfter, "a series with no occurrence for this long is finished (default 6m)")
-	fs.Int64Var(&c.Intake.Series.MaxBytes, "series-max-bytes", c.Intake.Series.MaxBytes, "memory budget of the keys tracked per partition: singletons (about 200 bytes each), series, recent events (default 8 MiB)")
+	fs.Int64Var(&c.Intake.Series.MaxBytes, "series-max-bytes", c.Intake.Series.MaxBytes, "memory budget of the keys tracked per partition: singletons (87 bytes each), series, recent events (default 4 MiB)")
 	fs.IntVar(&c.Intake.Series.MaxActive, "series-max-active", c.Intake.Series.MaxActive, "also cap the keys tracked per partition at this count (default: no cap but the memory budget)")
 	fs.StringVar(&c.Auth.TokensFile, "auth-tokens-file", c.Auth.TokensFile, "YAML file of principals, their grants and hashed bearer tokens")
 	fs.StringVar(&c.Auth.JWT.KeysFile, "auth-jwt-keys-file", c.Auth.JWT.KeysFile, "JWKS file of keys that sign accepted JWTs")
