@@ -5,9 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/series"
 )
@@ -106,4 +109,77 @@ func TestBatchedSubmit(t *testing.T) {
 		}
 	}
 	waitFlushedCount(t, c.js, a1.Uid, 6)
+}
+
+// TestBatchedEntriesAreCompressedAndOldOnesStillFold: a Submit's batched
+// entry is logged compressed (s2, smaller than its occurrences), and folds
+// as before; a batched entry as earlier versions logged it, uncompressed,
+// still folds: each occurrence is stored.
+func TestBatchedEntriesAreCompressedAndOldOnesStillFold(t *testing.T) {
+	ns := startServer(t)
+	cfg := testConfig()
+	a := startReplica(t, ns, "", "a", cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Distinct events (series keys) of one partition: one batched entry.
+	samePartition := func(n, from int, note string) []*eventgatev1.Event {
+		var evs []*eventgatev1.Event
+		for k := from; len(evs) < n; k++ {
+			ev := occurrence(k, note)
+			if len(evs) == 0 || a.in.Partition(ev) == a.in.Partition(evs[0]) {
+				evs = append(evs, ev)
+			}
+		}
+		return evs
+	}
+	evs := samePartition(8, 100, "note")
+	plain := 0
+	for _, ev := range evs {
+		b, err := event.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain += len(b)
+	}
+	rs, err := a.in.Submit(ctx, evs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if r.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED || r.UID != evs[i].Uid {
+			t.Errorf("occurrence %d: %+v, want CREATED %s", i, r, evs[i].Uid)
+		}
+	}
+	st, err := a.js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, cfg.subject(a.in.Partition(evs[0])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if enc := m.Header.Get(HeaderEncoding); enc != EncodingS2 || len(m.Data) >= plain/2 {
+		t.Errorf("batched entry: encoding %q, %d bytes for %d bytes of occurrences; want s2 at most half", enc, len(m.Data), plain)
+	}
+
+	// An uncompressed batched entry, as an earlier version logged it.
+	old := samePartition(2, 1000, "old")
+	msg := nats.NewMsg(cfg.subject(a.in.Partition(old[0])))
+	for _, ev := range old {
+		b, err := event.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg.Data = protowire.AppendBytes(msg.Data, b)
+	}
+	msg.Header.Set(HeaderReply, "_INBOX.nobody.1")
+	msg.Header.Set(HeaderBatch, "0,1")
+	if _, err := a.js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "both occurrences of the uncompressed entry stored", func() bool {
+		stored := readEvents(t, a.js)
+		return len(stored[old[0].Uid]) == 1 && len(stored[old[1].Uid]) == 1
+	})
 }

@@ -514,6 +514,7 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 		e := &entries[k]
 		if e.batched {
 			e.m.Header.Set(HeaderBatch, formatIndexes(e.idxs))
+			compressBatch(e.m, len(e.idxs))
 		}
 		var err error
 		// No Nats-Expected-Stream (stored with each entry): the intake stream

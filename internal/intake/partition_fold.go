@@ -147,8 +147,12 @@ func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error 
 	if b := hdr.Get(HeaderBatch); b != "" {
 		idxs, err := parseIndexes(b)
 		var raws [][]byte
+		var data []byte
 		if err == nil {
-			raws, err = splitBatch(msg.Data(), len(idxs))
+			data, err = batchData(hdr, msg.Data())
+		}
+		if err == nil {
+			raws, err = splitBatch(data, len(idxs))
 		}
 		if err != nil {
 			// Not occurrences; the entry still takes its place in the log.
@@ -265,7 +269,11 @@ func (pt *partition) readEntry(ctx context.Context, seq uint64) ([][]byte, error
 		if err != nil {
 			return nil, err
 		}
-		return splitBatch(m.Data, len(idxs))
+		data, err := batchData(m.Header, m.Data)
+		if err != nil {
+			return nil, err
+		}
+		return splitBatch(data, len(idxs))
 	}
 }
 

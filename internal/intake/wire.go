@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/klauspost/compress/s2"
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/eventgate/eventgate/internal/jetstream/wire"
@@ -23,6 +25,12 @@ const (
 	// is their encodings, each preceded by its length (a protobuf varint).
 	// An entry without it carries one occurrence, whose index is HeaderIndex.
 	HeaderBatch = "Eventgate-Batch"
+	// HeaderEncoding, on a batched entry, names how its data is compressed:
+	// EncodingS2 (Snappy's S2 block format). Without it the data is as
+	// HeaderBatch describes; earlier versions never compress.
+	HeaderEncoding = "Eventgate-Encoding"
+	// EncodingS2 is HeaderEncoding's one value.
+	EncodingS2 = "s2"
 	// HeaderTick marks an intake entry that carries no occurrence: it only
 	// advances its partition's log clock.
 	HeaderTick = "Eventgate-Tick"
@@ -191,6 +199,49 @@ func parseIndexes(s string) ([]uint32, error) {
 	}
 	return out, nil
 }
+
+// compressBatch compresses a batched entry's data in place of it when that
+// saves at least an eighth: the occurrences of one call are alike (tenant,
+// source, labels, notes), so a batch of a few compresses two to three times,
+// and the stream, its write cache and its consumers carry that much less.
+// A batch of one occurrence is left as it is.
+func compressBatch(m *nats.Msg, occurrences int) {
+	if occurrences < 2 {
+		return
+	}
+	c := s2.Encode(nil, m.Data)
+	if len(c) > len(m.Data)-len(m.Data)/8 {
+		return
+	}
+	m.Data = c
+	m.Header.Set(HeaderEncoding, EncodingS2)
+}
+
+// batchData returns a batched entry's data as HeaderBatch describes it:
+// decompressed when HeaderEncoding says it was compressed.
+func batchData(hdr nats.Header, data []byte) ([]byte, error) {
+	switch enc := hdr.Get(HeaderEncoding); enc {
+	case "":
+		return data, nil
+	case EncodingS2:
+		n, err := s2.DecodedLen(data)
+		if err != nil || n > maxDecodedBatch {
+			return nil, fmt.Errorf("batch: bad s2 data (%d bytes decoded)", n)
+		}
+		out, err := s2.Decode(nil, data)
+		if err != nil {
+			return nil, fmt.Errorf("batch: %w", err)
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("batch: unknown encoding %q", enc)
+	}
+}
+
+// maxDecodedBatch bounds what a compressed entry may decode to: a batch
+// holds at most maxBatchBytes, or one occurrence larger than that, which
+// the server's payload limit bounds.
+const maxDecodedBatch = 64 << 20
 
 // splitBatch returns the n occurrence encodings of a batched entry's data.
 func splitBatch(data []byte, n int) ([][]byte, error) {
