@@ -187,6 +187,7 @@ func (s *Store) rollupEligible(sc query.Scope, f query.Filter, names []string) b
 	if s.noRollup {
 		return false
 	}
+	sc, f = tenantIntoScope(sc, f)
 	if !typeFilterOnly(f) {
 		return false
 	}
@@ -203,6 +204,31 @@ func (s *Store) rollupEligible(sc query.Scope, f query.Filter, names []string) b
 		}
 	}
 	return true
+}
+
+// tenantIntoScope moves a filter's one tenant into the scope when that
+// changes no answer: the scope is every tenant (it becomes that tenant),
+// or already that tenant alone. The service passes a request's tenant in
+// both, so without this a tenant's dashboard never read the rollups.
+func tenantIntoScope(sc query.Scope, f query.Filter) (query.Scope, query.Filter) {
+	t := f.Tenant
+	if t == nil || t.Name == "*" {
+		return sc, f
+	}
+	if !sc.All {
+		if len(sc.Tenants) == 0 {
+			return sc, f
+		}
+		for _, s := range sc.Tenants {
+			if s.Type != t.Type || s.Name != t.Name {
+				return sc, f
+			}
+		}
+	} else {
+		sc = query.Scope{Tenants: []query.TenantRef{{Type: t.Type, Name: t.Name}}}
+	}
+	f.Tenant = nil
+	return sc, f
 }
 
 // typeFilterOnly: f constrains nothing but the window and the type.
@@ -283,6 +309,7 @@ func (s *Store) planRollup(ctx context.Context, since, until, cut time.Time) (ro
 // column of its dimension and NULL in the others.
 func (s *Store) plannedOccurrencesSQL(ctx context.Context, p *paramSet, sc query.Scope, f query.Filter, names, dims []string,
 	since, until, cut time.Time, step time.Duration, facets bool) (string, error) {
+	sc, f = tenantIntoScope(sc, f)
 	if !s.rollupEligible(sc, f, names) || step%time.Hour != 0 || (!facets && len(names) > 1) {
 		return s.occurrencesSQL(p, sc, f, dims, since, until), nil
 	}

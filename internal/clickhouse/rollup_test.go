@@ -62,6 +62,12 @@ func rollupAnswers(t *testing.T, s *Store) map[string]any {
 			Since: at0(-6*time.Hour - 17*time.Minute - 3*time.Second), Until: at0(43*time.Minute + 500*time.Microsecond)}},
 		{"a+c/9h/not-warning", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a"}, {Type: "organization", Name: "c"}}},
 			query.Filter{Type: query.StringSet{NotIn: []string{"Warning"}}, Since: at0(-8 * time.Hour), Until: at0(time.Hour + 59*time.Minute)}},
+		// A request naming its tenant, as the service passes it: in the
+		// filter, and in the scope (an administrator's or the tenant's own).
+		{"all/a/9h", query.Scope{All: true},
+			query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "a"}, Since: at0(-8 * time.Hour), Until: at0(time.Hour + 59*time.Minute)}},
+		{"a/a/9h", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a"}}},
+			query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "a"}, Since: at0(-8 * time.Hour), Until: at0(time.Hour + 59*time.Minute)}},
 	}
 	out := map[string]any{}
 	for _, c := range cases {
@@ -241,7 +247,12 @@ func TestRollupEligible(t *testing.T) {
 		{"reason", all, query.Filter{Reason: set("BackOff")}, nil, false},
 		{"regarding kind", all, query.Filter{Regarding: query.ObjectFilter{Kind: set("Pod")}}, nil, false},
 		{"labels", all, query.Filter{Labels: []query.LabelReq{{Key: "app", Op: "exists"}}}, nil, false},
-		{"tenant filter", all, query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "a"}}, nil, false},
+		{"tenant filter over every tenant", all, query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "a"}}, nil, true},
+		{"tenant filter of the scope's tenant", a, query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "a"}}, nil, true},
+		{"tenant filter of another tenant", a, query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "b"}}, nil, false},
+		{"tenant filter of every tenant of a type", all, query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "*"}}, nil, false},
+		{"tenant filter and scope kinds", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a", Kinds: []query.GroupKind{{Kind: "Pod"}}}}},
+			query.Filter{Tenant: &query.TenantRef{Type: "project", Name: "a"}}, nil, false},
 		{"tenant kinds", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "a", Kinds: []query.GroupKind{{Kind: "Pod"}}}}}, query.Filter{}, nil, false},
 		{"every tenant of a type", query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: "*"}}}, query.Filter{}, nil, false},
 		{"object dimension", all, query.Filter{}, []string{query.DimRegardingName}, false},
