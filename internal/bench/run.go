@@ -436,14 +436,21 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 		if mode != ModeStream && !r.want("emit") {
 			continue
 		}
-		var acc, e2e, eff, ofFloor, drain []float64
+		var acc, e2e, eff, ofFloor, drain, cpuGo, cpuEngine []float64
 		var failed error
 		var outcomes map[string]int
 		for i := 0; i < sc.Runs; i++ {
+			cpu0, cpuErr := g.CPU()
 			t, err := RunThroughput(ctx, g, mode, NewWorkload(fmt.Sprintf("tp%s%d", strings.ToLower(string(mode)), i)), sc.EmitDuration)
 			if err != nil {
 				failed = err
 				break
+			}
+			if cpu1, err := g.CPU(); err == nil && cpuErr == nil && t.Accepted > 0 {
+				// Over the run and its drain: what each event cost, and
+				// whether that cost grows from run to run.
+				used, k := cpu1.Sub(cpu0), float64(t.Accepted)/1000
+				cpuGo, cpuEngine = append(cpuGo, used.Go.Seconds()*1000/k), append(cpuEngine, used.Engine.Seconds()*1000/k)
 			}
 			acc = append(acc, t.Accept)
 			e2e = append(e2e, t.EndToEnd)
@@ -472,6 +479,10 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 		r.rep.Add(SecEmit, name+" accepted", "events/s", acc, nil, fmt.Sprintf("%v closed loop, %s; last run's outcomes %v", sc.EmitDuration, shape, outcomes))
 		r.rep.Add(SecEmit, name+" end to end (queryable)", "events/s", e2e, nil,
 			fmt.Sprintf("accepted ÷ time until Query's resourceVersion covered the last; drain after the last ack %s s", fmtRuns(drain)))
+		if len(cpuGo) == len(acc) {
+			r.rep.Add(SecEmit, name+" gateway CPU per 1,000 events: Go", "ms", cpuGo, nil, "user + system time of the gateway's Go threads over the run and its drain ÷ events accepted")
+			r.rep.Add(SecEmit, name+" gateway CPU per 1,000 events: engine", "ms", cpuEngine, nil, "the same for the embedded ClickHouse's threads (inserts, merges, materialized views)")
+		}
 		var goal *Goal
 		if mode == ModeStream {
 			goal = AtLeast(0.5) // issue 16
