@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -167,7 +168,8 @@ const deliveryRules = 100
 // BenchmarkDeliveryCPU measures the process's CPU time per 1,000
 // notifications delivered to a local webhook receiver (cpu-ms/1k), from
 // their queuing to their acknowledgement and their delivery log record,
-// and the messages the server handles for each (server-msgs/op).
+// the messages the server handles for each (server-msgs/op) and how many
+// connections the receiver accepted meanwhile (receiver-conns).
 // Each is queued as a shard queues it (deduplicated under its id), round
 // robin over deliveryRules rules, at rate per second: a trickle, as rules
 // fire on a live feed, not a backlog: at 1,000/s each rule gets one every
@@ -187,15 +189,21 @@ func BenchmarkDeliveryCPU(b *testing.B) {
 }
 
 func benchDelivery(b *testing.B, rate int, deliver bool) {
-	var got, want atomic.Int64
+	var got, want, conns atomic.Int64
 	reached := make(chan struct{}, 1)
-	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rc := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusNoContent)
 		if got.Add(1) == want.Load() {
 			reached <- struct{}{}
 		}
 	}))
+	rc.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	rc.Start()
 	defer rc.Close()
 	r := newBenchRig(b, deliveryRules, rc.URL)
 	ctx := context.Background()
@@ -269,7 +277,7 @@ func benchDelivery(b *testing.B, rate int, deliver bool) {
 
 	var futures []jetstream.PubAckFuture
 	batch := rate / 100 // every 10ms
-	msgs0, cpu0 := serverMsgs(b, r.ns), cpuTime()
+	msgs0, conns0, cpu0 := serverMsgs(b, r.ns), conns.Load(), cpuTime()
 	b.ResetTimer()
 	start := time.Now()
 	for i := range b.N {
@@ -291,5 +299,6 @@ func benchDelivery(b *testing.B, rate int, deliver bool) {
 	b.StopTimer()
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(b.N)*1000, "cpu-ms/1k")
 	b.ReportMetric(float64(serverMsgs(b, r.ns)-msgs0)/float64(b.N), "server-msgs/op")
+	b.ReportMetric(float64(conns.Load()-conns0), "receiver-conns")
 	b.ReportMetric(0, "ns/op")
 }
