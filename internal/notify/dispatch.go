@@ -262,7 +262,7 @@ func (w *worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		Description:   "delivery of rule " + rule.ID(),
 		FilterSubject: rules.NotifySubject(rule.UID),
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       w.d.cfg.Timeout + 10*time.Second,
+		AckWait:       w.d.cfg.Timeout + ackMargin,
 		MaxDeliver:    -1,
 		MaxAckPending: 1000,
 	})
@@ -318,6 +318,10 @@ func (w *worker) consume(ctx context.Context, cons jetstream.Consumer) error {
 // pullBatch is how many notifications a worker holds at most.
 const pullBatch = 16
 
+// ackMargin is how much longer than an attempt's timeout the server waits
+// for a notification's acknowledgement before it sends it again.
+const ackMargin = 10 * time.Second
+
 // heartbeat is how often the server tells an idle worker that its pull
 // request still stands: half the idle wait, at most 30s (the client's
 // limits are 500ms to 30s).
@@ -357,7 +361,17 @@ func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
 	}
 	rule := w.current()
 	w.log.Debug("notify: deliver", "id", n.ID, "attempt", meta.NumDelivered)
-	_ = m.InProgress()
+	// The server sends the notification again if it is not acknowledged
+	// within the ack wait (Timeout + ackMargin) of its delivery. One
+	// stored less than ackMargin/2 ago was delivered less than that ago:
+	// the attempt, within Timeout, ends in time. Only an older one (a
+	// retry, a backlog, one held behind slow attempts) has the wait
+	// started again, which costs a message to the server and an update of
+	// the consumer's state (replicated, on a cluster). This reads the
+	// server's timestamp with this host's clock, as the retry period does.
+	if time.Since(meta.Timestamp) >= ackMargin/2 {
+		_ = m.InProgress()
+	}
 	// Not ctx: a worker stopping (its rule handed over, the gateway
 	// shutting down) finishes the attempt it started, within the timeout,
 	// and settles it; cut short, it would leave the notification to the
@@ -373,7 +387,12 @@ func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
 	now := time.Now()
 	if out.err == nil {
 		rec.Status = StatusDelivered
-		_ = m.DoubleAck(ctx)
+		// Not DoubleAck: waiting for the server to confirm costs a
+		// reply and a round trip, and guards against nothing delivery at
+		// least once needs: an acknowledgement lost with the connection
+		// has the notification sent again after the ack wait, under its
+		// id, as one the attempt made but never acknowledged would be.
+		_ = m.Ack()
 		w.failingSince = time.Time{}
 	} else {
 		rec.Error = out.err.Error()
