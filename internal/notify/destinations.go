@@ -48,6 +48,12 @@ type sender struct {
 
 func newSender(timeout time.Duration, denyPrivate bool, nc *nats.Conn) (*sender, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Many rules may post to one host (a team's receiver, Slack), one
+	// attempt at a time each: keep as many of their connections as the
+	// pool holds, not 2 a host (http.DefaultMaxIdleConnsPerHost), which
+	// opened and closed a connection for every notification beyond the
+	// second at a time.
+	tr.MaxIdleConnsPerHost = tr.MaxIdleConns
 	if denyPrivate {
 		d := &net.Dialer{Timeout: timeout, Control: refusePrivate}
 		tr.DialContext = d.DialContext

@@ -44,8 +44,10 @@ type Config struct {
 	// link-local addresses (a tenant's URL reaching the gateway's own
 	// network).
 	DenyPrivate bool `yaml:"denyPrivateNetworks"`
-	// IdleWait is how long an idle worker's pull waits for a
-	// notification: a stopped worker ends within it.
+	// IdleWait is how long an idle worker's pull request waits on the
+	// server before it is renewed; the server sends it a heartbeat every
+	// IdleWait/2 (at most every 30s), whose absence tells a lost request.
+	// A stopped worker withdraws its request at once, whatever the wait.
 	IdleWait time.Duration `yaml:"idleWait"`
 	// Retention of the delivery log.
 	Retention time.Duration `yaml:"retention"`
@@ -60,7 +62,7 @@ func DefaultConfig() Config {
 		RetryFor:   6 * time.Hour,
 		PauseAfter: time.Hour,
 		Timeout:    10 * time.Second,
-		IdleWait:   2 * time.Second,
+		IdleWait:   2 * time.Minute,
 		Retention:  7 * 24 * time.Hour,
 		Replicas:   1,
 	}
@@ -73,8 +75,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("notify: backoff (%s) must be positive and at most the max backoff (%s)", c.Backoff, c.MaxBackoff)
 	case c.RetryFor <= 0 || c.PauseAfter <= 0:
 		return errors.New("notify: the retry period and the pause delay must be positive")
-	case c.Timeout <= 0 || c.IdleWait <= 0:
-		return errors.New("notify: the attempt timeout and the idle wait must be positive")
+	case c.Timeout <= 0:
+		return errors.New("notify: the attempt timeout must be positive")
+	case c.IdleWait < time.Second:
+		return fmt.Errorf("notify: the idle wait must be at least 1s, got %s", c.IdleWait)
 	}
 	return nil
 }
@@ -141,8 +145,9 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		done   chan struct{}
 	}
 	run := map[string]*running{}
-	// A stopped worker ends within a fetch's wait, giving back what it
-	// holds; it is not waited for, but at the end.
+	// A stopped worker withdraws its pull request and gives back what it
+	// holds at once, but finishes an attempt it started; it is not waited
+	// for, but at the end.
 	var ending sync.WaitGroup
 	stop := func(uid string) {
 		r := run[uid]
@@ -233,46 +238,95 @@ func (w *worker) current() *rules.Rule {
 }
 
 func (w *worker) run(ctx context.Context) {
-	uid := w.current().UID
-	var cons jetstream.Consumer
 	for ctx.Err() == nil {
-		var err error
-		cons, err = w.d.notify.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       consumerName(uid),
-			Description:   "delivery of rule " + w.current().ID(),
-			FilterSubject: rules.NotifySubject(uid),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       w.d.cfg.Timeout + 10*time.Second,
-			MaxDeliver:    -1,
-			MaxAckPending: 1000,
-		})
-		if err == nil {
-			break
-		}
-		w.log.Warn("notify: delivery consumer", "err", err)
-		sleep(ctx, time.Second)
-	}
-	for ctx.Err() == nil {
-		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(w.d.cfg.IdleWait))
+		cons, err := w.consumer(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Debug("notify: fetch", "err", err)
-				sleep(ctx, 250*time.Millisecond)
+				w.log.Warn("notify: delivery consumer", "err", err)
+				sleep(ctx, time.Second)
 			}
 			continue
 		}
-		// The batch is read to its end even when stopping: the server may
-		// still deliver to the request until it expires, and a message
-		// left unacknowledged would wait the whole ack wait. A stopping
-		// worker gives each back at once instead.
-		for m := range batch.Messages() {
-			if ctx.Err() != nil {
-				_ = m.Nak()
-				continue
-			}
-			w.deliver(ctx, m)
+		if err := w.consume(ctx, cons); err != nil && ctx.Err() == nil {
+			w.log.Debug("notify: pull", "err", err)
+			sleep(ctx, 250*time.Millisecond)
 		}
 	}
+}
+
+// consumer creates the rule's queue, or takes it up where it was.
+func (w *worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	rule := w.current()
+	cons, err := w.d.notify.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       consumerName(rule.UID),
+		Description:   "delivery of rule " + rule.ID(),
+		FilterSubject: rules.NotifySubject(rule.UID),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.d.cfg.Timeout + ackMargin,
+		MaxDeliver:    -1,
+		MaxAckPending: 1000,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s: %w", consumerName(rule.UID), err)
+	}
+	return cons, nil
+}
+
+// consume delivers what the queue holds and waits for more. One pull
+// request stands on the server, renewed when it expires (IdleWait) or
+// half its batch has come: an idle rule costs a heartbeat every
+// heartbeat() and a request every IdleWait (a lost request shows by the
+// heartbeats missing, and is renewed). It returns when ctx ends or the
+// pull cannot go on (the connection closed, the consumer deleted).
+func (w *worker) consume(ctx context.Context, cons jetstream.Consumer) error {
+	it, err := cons.Messages(jetstream.PullMaxMessages(pullBatch), jetstream.PullExpiry(w.d.cfg.IdleWait),
+		jetstream.PullHeartbeat(w.d.cfg.heartbeat()))
+	if err != nil {
+		return fmt.Errorf("pull from %s: %w", consumerName(w.current().UID), err)
+	}
+	defer it.Stop()
+	// A stopping worker drains, without waiting for its request to
+	// expire: the request is withdrawn (the client unsubscribes and
+	// flushes; the server sends nothing to a request nobody listens to)
+	// and what had arrived is given back at once, not left to the ack
+	// wait. On a cluster, a notification the consumer's leader sent
+	// before it learnt of the unsubscription still waits out the ack wait
+	// (it is not lost: the next owner gets it then).
+	defer context.AfterFunc(ctx, it.Drain)()
+	for {
+		m, err := it.Next()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		case errors.Is(err, jetstream.ErrNoHeartbeat):
+			// Next pulls again.
+			w.log.Debug("notify: pull request lost", "err", err)
+			continue
+		case err != nil:
+			return err
+		case ctx.Err() != nil:
+			_ = m.Nak()
+			continue
+		}
+		w.deliver(ctx, m)
+	}
+}
+
+// pullBatch is how many notifications a worker holds at most.
+const pullBatch = 16
+
+// ackMargin is how much longer than an attempt's timeout the server waits
+// for a notification's acknowledgement before it sends it again.
+const ackMargin = 10 * time.Second
+
+// heartbeat is how often the server tells an idle worker that its pull
+// request still stands: half the idle wait, at most 30s (the client's
+// limits are 500ms to 30s).
+func (c Config) heartbeat() time.Duration {
+	return min(c.IdleWait/2, 30*time.Second)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -307,7 +361,17 @@ func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
 	}
 	rule := w.current()
 	w.log.Debug("notify: deliver", "id", n.ID, "attempt", meta.NumDelivered)
-	_ = m.InProgress()
+	// The server sends the notification again if it is not acknowledged
+	// within the ack wait (Timeout + ackMargin) of its delivery. One
+	// stored less than ackMargin/2 ago was delivered less than that ago:
+	// the attempt, within Timeout, ends in time. Only an older one (a
+	// retry, a backlog, one held behind slow attempts) has the wait
+	// started again, which costs a message to the server and an update of
+	// the consumer's state (replicated, on a cluster). This reads the
+	// server's timestamp with this host's clock, as the retry period does.
+	if time.Since(meta.Timestamp) >= ackMargin/2 {
+		_ = m.InProgress()
+	}
 	// Not ctx: a worker stopping (its rule handed over, the gateway
 	// shutting down) finishes the attempt it started, within the timeout,
 	// and settles it; cut short, it would leave the notification to the
@@ -323,7 +387,12 @@ func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
 	now := time.Now()
 	if out.err == nil {
 		rec.Status = StatusDelivered
-		_ = m.DoubleAck(ctx)
+		// Not DoubleAck: waiting for the server to confirm costs a
+		// reply and a round trip, and guards against nothing delivery at
+		// least once needs: an acknowledgement lost with the connection
+		// has the notification sent again after the ack wait, under its
+		// id, as one the attempt made but never acknowledged would be.
+		_ = m.Ack()
 		w.failingSince = time.Time{}
 	} else {
 		rec.Error = out.err.Error()

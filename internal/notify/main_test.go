@@ -101,7 +101,6 @@ func newEnv(t *testing.T) *testEnv {
 	e.ncfg.Backoff = 50 * time.Millisecond
 	e.ncfg.MaxBackoff = 200 * time.Millisecond
 	e.ncfg.Timeout = 2 * time.Second
-	e.ncfg.IdleWait = 200 * time.Millisecond
 	t.Cleanup(func() {
 		for i := len(e.cleanup) - 1; i >= 0; i-- {
 			e.cleanup[i]()

@@ -449,7 +449,7 @@ func TestRulesOnAReplicatedCluster(t *testing.T) {
 	}
 	defer engine.Stop()
 	ncfg := DefaultConfig()
-	ncfg.Replicas, ncfg.IdleWait = 3, 200*time.Millisecond
+	ncfg.Replicas = 3
 	disp, err := Start(ctx, js, nc, engine, store, ncfg, nil, log)
 	if err != nil {
 		t.Fatal(err)
@@ -563,5 +563,57 @@ func TestFailingDestinationPausesItsRuleUntilResumed(t *testing.T) {
 	}
 	if got := rc.next(t, 10*time.Second); got.id != r.ID()+":ev-1:firing" {
 		t.Errorf("after resuming: %s", got.id)
+	}
+}
+
+// A worker waits for notifications with a pull request that stands for
+// the idle wait (2 minutes by default); stopping the dispatcher withdraws
+// every request at once: Stop returns without waiting for them to
+// expire, and a notification queued after it is delivered to no one (it
+// would otherwise wait out the ack wait before going to the next worker).
+func TestStoppingWithdrawsThePullRequestsAtOnce(t *testing.T) {
+	e := newEnv(t)
+	rep := e.start("a")
+	rc := newReceiver(t, verifying)
+	r := e.createRule(rep, &rules.Rule{
+		Name: "every", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
+	}, rep)
+	e.emit(podEvent("Normal", "Deployed", "app-1"))
+	rc.next(t, 10*time.Second)
+	e.waitDeliveriesSettled(r)
+
+	start := time.Now()
+	rep.disp.Stop()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Stop took %s with an idle wait of %s", d, e.ncfg.IdleWait)
+	}
+	e.emit(podEvent("Normal", "Deployed", "app-2"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := e.pub.Consumer(ctx, rules.NotifyStream, consumerName(r.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending != 0 {
+			t.Fatalf("a notification queued after Stop was delivered to a withdrawn pull request: %+v", info)
+		}
+		if info.NumPending == 1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling the server's consumer until the notification is queued
+	}
+	// Delivery resumes where it was, at once: well within the ack wait.
+	rep.disp, err = Start(ctx, rep.js, rep.nc, rep.engine, rep.store, e.ncfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rc.next(t, 5*time.Second).id, r.ID()+":ev-2:firing"; got != want {
+		t.Errorf("after the restart, delivered %s, want %s", got, want)
 	}
 }
