@@ -5,11 +5,13 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/rules"
 )
 
@@ -91,6 +93,29 @@ func TestAShardWithoutRulesReadsNothingAndOneWithRulesReadsTheirTenants(t *testi
 		}
 	}
 	e.waitReads()
+}
+
+// A shard with rules of more tenants than a filter should list reads the
+// whole stream, and still notifies for its rules' tenants alone: an event
+// of another tenant that matches every rule's filter fires none.
+func TestAShardOfManyTenantsReadsEverythingAndFiresForItsOwn(t *testing.T) {
+	e := newEnv(t)
+	e.rcfg.Shards = 1
+	a := e.start("a")
+	rc := newReceiver(t, verifying)
+	var last *rules.Rule
+	var lastTenant rules.Tenant
+	for i := range rules.MaxFeedSubjects + 1 {
+		lastTenant = rules.Tenant{Type: "project", Name: fmt.Sprintf("many-%d", i)}
+		last = e.createRule(a, deployedRule(fmt.Sprintf("deployed-%d", i), lastTenant, rc.srv.URL), a)
+	}
+	e.waitReads(ejs.SubjectsAll)
+	stranger := inTenant(podEvent("Normal", "Deployed", "app-1"), rules.Tenant{Type: "project", Name: "stranger"})
+	own := inTenant(podEvent("Normal", "Deployed", "app-2"), lastTenant)
+	e.emit(stranger, own)
+	if got, want := rc.next(t, 10*time.Second).id, last.ID()+":"+own.Uid+":firing"; got != want {
+		t.Fatalf("delivered %s, want %s (the other tenant's event %s must not fire)", got, want, stranger.Uid)
+	}
 }
 
 // A rule taken in by a running shard evaluates the events stored after it,
