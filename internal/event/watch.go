@@ -51,6 +51,11 @@ type WatchItem struct {
 	Bookmark bool
 	// Trace is the span context of the emit that stored the event, if any.
 	Trace trace.SpanContext
+	// Stored is when the stream stored the event (the server's clock).
+	Stored time.Time
+	// Live: the item came from the live feed, not from a replay that
+	// catches a resumed watch up.
+	Live bool
 }
 
 // WatchOptions select what a watch receives.

@@ -38,7 +38,7 @@ func (g *Gateway) startRules(ctx context.Context) error {
 	if p.store, err = rules.OpenStore(sctx, g.js, cfg.RulesBucket, cfg.Replicas, g.log); err != nil {
 		return err
 	}
-	if p.engine, err = rules.Start(sctx, g.js, p.store, cfg, g.log); err != nil {
+	if p.engine, err = rules.Start(sctx, g.js, g.hub, p.store, cfg, g.log); err != nil {
 		return err
 	}
 	ncfg := g.cfg.Notify

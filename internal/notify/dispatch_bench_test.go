@@ -21,6 +21,7 @@ import (
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/query"
 	"github.com/eventgate/eventgate/internal/rules"
+	"github.com/eventgate/eventgate/internal/watch"
 )
 
 // The delivery benchmarks run a gateway's rules machinery (store, engine,
@@ -79,7 +80,12 @@ func newBenchRig(b *testing.B, nrules int, url string) *benchRig {
 	}
 	cfg := rules.DefaultConfig()
 	cfg.ReplicaID = "bench"
-	if r.engine, err = rules.Start(ctx, r.js, r.store, cfg, log); err != nil {
+	hub, err := watch.Start(ctx, r.js, cfg.EventsStream, log, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(hub.Stop)
+	if r.engine, err = rules.Start(ctx, r.js, hub, r.store, cfg, log); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(r.engine.Stop)

@@ -22,6 +22,7 @@ import (
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/natstest"
 	"github.com/eventgate/eventgate/internal/rules"
+	"github.com/eventgate/eventgate/internal/watch"
 )
 
 const secret = "0123456789abcdef-secret"
@@ -443,7 +444,12 @@ func TestRulesOnAReplicatedCluster(t *testing.T) {
 	defer store.Close()
 	rcfg := rules.DefaultConfig()
 	rcfg.Shards, rcfg.LeaseTTL, rcfg.Replicas, rcfg.ReplicaID = 2, 2*time.Second, 3, "a"
-	engine, err := rules.Start(ctx, js, store, rcfg, log)
+	hub, err := watch.Start(ctx, js, rcfg.EventsStream, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Stop()
+	engine, err := rules.Start(ctx, js, hub, store, rcfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

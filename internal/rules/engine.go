@@ -80,6 +80,7 @@ type Engine struct {
 	cfg    Config
 	js     jetstream.JetStream
 	store  *Store
+	feed   Feed
 	log    *slog.Logger
 	events jetstream.Stream
 	notify jetstream.Stream
@@ -101,11 +102,11 @@ type Engine struct {
 
 // Start ensures the notifications stream and the buckets, and starts
 // competing for the shards.
-func Start(ctx context.Context, js jetstream.JetStream, store *Store, cfg Config, log *slog.Logger) (*Engine, error) {
+func Start(ctx context.Context, js jetstream.JetStream, feed Feed, store *Store, cfg Config, log *slog.Logger) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, js: js, store: store, log: log.With("component", "rules"), owned: map[int]bool{}, changed: make(chan struct{}), evaluating: map[string]int{}, members: 1, releasing: map[int]bool{}}
+	e := &Engine{cfg: cfg, js: js, feed: feed, store: store, log: log.With("component", "rules"), owned: map[int]bool{}, changed: make(chan struct{}), evaluating: map[string]int{}, members: 1, releasing: map[int]bool{}}
 	var err error
 	if e.events, err = js.Stream(ctx, cfg.EventsStream); err != nil {
 		return nil, fmt.Errorf("rules: events stream %s: %w", cfg.EventsStream, err)

@@ -33,7 +33,11 @@ type ruleState struct {
 	// Since: the rule evaluates the events stored at or after it, the
 	// time its condition was stored (zero in checkpoints written before:
 	// every event read after the shard took it in).
-	Since  time.Time              `json:"since,omitzero"`
+	Since time.Time `json:"since,omitzero"`
+	// Seq: the rule has evaluated every event of its tenant up to it (set
+	// when the shard rewinds for a rule it took in, so that the others
+	// do not evaluate an event twice).
+	Seq    uint64                 `json:"seq,omitempty"`
 	Groups map[string]*groupState `json:"groups,omitempty"`
 	// Series: series uid → when the rule fired for it.
 	Series map[string]time.Time `json:"series,omitempty"`

@@ -9,40 +9,47 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	ejs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
-// A shard reads only the events of its rules' tenants: its consumer
-// filters the stream by their subjects (events.<type>.<name>.>), so the
-// server delivers each event to the one shard, if any, that has a rule of
-// its tenant, and a shard without rules reads nothing. When the tenants
-// change, the feed is recreated from the event after the last one handled:
-// the rules already in the shard miss nothing and see nothing twice, and
-// a rule just taken in skips what was stored before it.
+// Feed is the replica's live feed of the events stream (watch.Hub): one
+// consumer reads the stream and decodes each event once for every watch
+// and every shard of this replica. A shard watches its rules' tenants
+// (events.<type>.<name>.>): the feed routes each event to the one shard,
+// if any, that has a rule of its tenant, already decoded, and a shard
+// without rules reads nothing. When the tenants change, the shard watches
+// again from the event after the last one handled (the feed replays from
+// the stream up to where it stands): the rules already in the shard miss
+// nothing and see nothing twice, and a rule just taken in skips what was
+// stored before it.
+//
+// Each shard once read the stream through an ordered consumer of its own:
+// at 15,000 events/s four shards took four deliveries and a decode of
+// every event, fell seconds behind, and so did the notifications
+// (`bench -scale small -only rules`: a shard's lag 2–3 s at p50).
+type Feed interface {
+	// Watch sends the events o selects until ctx ends or it fails (an
+	// *event.SlowWatcherError when the receiver fell too far behind).
+	Watch(ctx context.Context, o event.WatchOptions, send func(event.WatchItem) error) error
+	// LastSeq is the last sequence the feed has dispatched.
+	LastSeq() uint64
+}
 
-// MaxFeedSubjects bounds a shard's filter: past it, the shard reads the
-// whole stream and skips the other tenants' events by their subject,
-// before decoding them. A consumer of many filter subjects costs the
-// server a walk of each block's subject tree against all of them for every
-// message it looks up: with 1,000 rules of 1,000 tenants over 4 shards
-// (250 subjects each) that took 22% of the gateway's CPU at 5,000 events/s
-// (`bench -scale small -only rules -profile`, LoadNextMsgMulti), and the
-// emit→watch p99 went to seconds; reading everything and skipping by
-// subject costs a delivery per event and shard.
-const MaxFeedSubjects = 16
+// feedBuffer bounds what the feed queues for a shard that falls behind (a
+// burst of notifications to publish): past it the shard watches again
+// from its position, the feed replaying from the stream.
+const feedBuffer = 1 << 15
 
 // refeedDelay gathers the changes of a burst (an apply of many rules) into
-// one new feed.
+// one new watch.
 const refeedDelay = 100 * time.Millisecond
 
-// feed is a shard's ordered consumer and the goroutine reading it.
+// feed is a shard's watch of the live feed and the goroutine running it.
 type feed struct {
 	subjects []string
-	cons     jetstream.Consumer
-	it       jetstream.MessagesContext
-	msgs     chan jetstream.Msg
-	done     chan error // the reader's end, when not stopped
+	items    chan event.WatchItem
+	done     chan error // the watch's end, when not stopped
 	stop     context.CancelFunc
 	ended    chan struct{}
 }
@@ -59,9 +66,6 @@ func (sh *shard) subjects() []string {
 	if len(sh.byTen) == 0 {
 		return nil
 	}
-	if len(sh.byTen) > MaxFeedSubjects {
-		return []string{ejs.SubjectsAll}
-	}
 	out := make([]string, 0, len(sh.byTen))
 	for t := range sh.byTen {
 		out = append(out, subject.Filter{TenantType: &t.Type, TenantName: &t.Name}.Subject())
@@ -70,55 +74,47 @@ func (sh *shard) subjects() []string {
 	return out
 }
 
-// follow makes the feed read the tenants of the shard's rules, from the
-// event after the last handled. A new feed replaces the old one, and what the old one delivered
-// unhandled is dropped: the new one delivers it again if it is still of
-// interest.
+// follow makes the shard watch the tenants of its rules, from the event
+// after the last handled (or before, for rules just taken in: rewind). A
+// new watch replaces the old one, and what the old one delivered unhandled
+// is dropped: the new one delivers it again if it is still of interest.
 func (sh *shard) follow(ctx context.Context) error {
 	sh.refeed = nil
+	if sh.halted {
+		return nil
+	}
 	subjects := sh.subjects()
-	if sh.feed != nil && slices.Equal(subjects, sh.feed.subjects) {
+	if sh.feed != nil && len(sh.fresh) == 0 && slices.Equal(subjects, sh.feed.subjects) {
 		return nil
 	}
 	sh.stopFeed()
+	if err := sh.rewind(ctx); err != nil {
+		return err
+	}
 	if len(subjects) == 0 {
-		sh.caughtUp = true // nothing to read: time alone drives the shard
+		// Nothing to read: time alone drives the shard, and its position
+		// follows the feed's (tick).
+		sh.caughtUp = true
+		sh.skipAhead()
 		return nil
 	}
-	from := sh.state.Seq + 1
-	cons, err := sh.e.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: subjects,
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    from,
-	})
-	if err != nil {
-		return fmt.Errorf("events consumer: %w", err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(512))
-	if err != nil {
-		return fmt.Errorf("events consumer: %w", err)
-	}
-	// The consumer is created: its pending count is of the filter.
-	if info := cons.CachedInfo(); info != nil {
-		sh.caughtUp = info.NumPending == 0
-	} else {
-		sh.caughtUp = false
-	}
+	from := sh.state.Seq
+	sh.caughtUp = from >= sh.e.feed.LastSeq()
 	fctx, stop := context.WithCancel(ctx)
-	f := &feed{subjects: subjects, cons: cons, it: it, msgs: make(chan jetstream.Msg, 256), done: make(chan error, 1), stop: stop, ended: make(chan struct{})}
+	f := &feed{subjects: subjects, items: make(chan event.WatchItem, 256), done: make(chan error, 1), stop: stop, ended: make(chan struct{})}
+	o := event.WatchOptions{Subjects: subjects, After: &from, Bookmarks: sh.e.cfg.Tick, Buffer: feedBuffer}
 	go func() {
 		defer close(f.ended)
-		for {
-			m, err := it.Next()
-			if err != nil {
-				f.done <- err
-				return
-			}
+		err := sh.e.feed.Watch(fctx, o, func(it event.WatchItem) error {
 			select {
-			case f.msgs <- m:
+			case f.items <- it:
+				return nil
 			case <-fctx.Done():
-				return
+				return fctx.Err()
 			}
+		})
+		if fctx.Err() == nil {
+			f.done <- err
 		}
 	}()
 	sh.feed = f
@@ -126,7 +122,36 @@ func (sh *shard) follow(ctx context.Context) error {
 	return nil
 }
 
-// stopFeed ends the feed and deletes its consumer.
+// refollow watches again after the shard's watch ended with err: from
+// where the shard stands if it fell behind, from the oldest event kept if
+// the stream no longer holds what follows its position.
+func (sh *shard) refollow(ctx context.Context, err error) error {
+	var slow *event.SlowWatcherError
+	switch {
+	case errors.Is(err, event.ErrWatchStopped):
+		// The replica is shutting down, and stops the shard next (a
+		// graceful handover, from the last event handled).
+		sh.stopFeed()
+		sh.halted = true
+		return nil
+	case errors.As(err, &slow):
+		sh.log.Debug("rules: shard fell behind the feed; catching up", "seq", sh.state.Seq)
+	case errors.Is(err, event.ErrTooOld):
+		info, ierr := sh.e.events.Info(ctx)
+		if ierr != nil {
+			return fmt.Errorf("events stream info: %w", ierr)
+		}
+		sh.log.Warn("rules: events were removed from the stream before the shard evaluated them",
+			"from", sh.state.Seq+1, "to", info.State.FirstSeq-1)
+		sh.state.Seq, sh.dirty = max(sh.state.Seq, info.State.FirstSeq-1), true
+	default:
+		return fmt.Errorf("events feed: %w", err)
+	}
+	sh.stopFeed()
+	return sh.follow(ctx)
+}
+
+// stopFeed ends the shard's watch.
 func (sh *shard) stopFeed() {
 	f := sh.feed
 	if f == nil {
@@ -134,54 +159,77 @@ func (sh *shard) stopFeed() {
 	}
 	sh.feed = nil
 	f.stop()
-	f.it.Stop()
 	<-f.ended
-	if info := f.cons.CachedInfo(); info != nil {
-		// Not the shard's context: it may be ending.
-		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := sh.e.events.DeleteConsumer(dctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			sh.log.Debug("rules: delete feed consumer", "err", err)
-		}
+}
+
+// skipAhead moves the position of a shard that reads nothing to the
+// feed's: otherwise its next watch (a rule taken in, a successor) would
+// start where it last handled an event, and replay everything stored
+// since.
+func (sh *shard) skipAhead() {
+	if last := sh.e.feed.LastSeq(); last > sh.state.Seq {
+		sh.state.Seq, sh.dirty = last, true
 	}
 }
 
-// advance moves the shard's position past the events its filter skips:
-// when the feed has delivered every event of its tenants stored so far and
-// the shard has handled them all (or it reads nothing), it stands at the
-// stream's last event. Otherwise a shard whose tenants are quiet, or
-// without rules, would stay where it last handled an event, and its next
-// feed (a rule of another tenant taken in, a successor) would start there,
-// the server walking everything stored since.
-//
-// A feed that delivered since the last tick is left alone: its position
-// moves by itself, and the consumer's pending count, over many filters,
-// is not free for the server to compute.
-func (sh *shard) advance(ctx context.Context) {
-	handled := sh.handled
-	sh.handled = false
-	if sh.refeed != nil {
-		return // the new feed starts where the shard stands
+// rewind moves the shard's position back to the last event stored before
+// the oldest Since of the rules it took in since it last followed, if it
+// read past it: a rule is known to the shard some time after it was
+// stored, and meanwhile the shard may have handled events of its tenant
+// (or skipped them, watching other tenants) that the rule is to evaluate.
+// The other rules have evaluated every event of their tenants up to the
+// position, and skip them when they come again.
+func (sh *shard) rewind(ctx context.Context) error {
+	if len(sh.fresh) == 0 {
+		return nil
 	}
-	if sh.feed != nil && handled {
-		return
+	var since time.Time
+	for uid := range sh.fresh {
+		if st := sh.state.Rules[uid]; st != nil && (since.IsZero() || st.Since.Before(since)) {
+			since = st.Since
+		}
 	}
-	actx, cancel := context.WithTimeout(ctx, sh.e.cfg.Tick)
+	if since.IsZero() {
+		clear(sh.fresh)
+		return nil
+	}
+	seq, err := sh.lastBefore(ctx, since)
+	if err != nil {
+		return err
+	}
+	if seq < sh.state.Seq {
+		for uid, st := range sh.state.Rules {
+			if !sh.fresh[uid] {
+				st.Seq = max(st.Seq, sh.state.Seq)
+			}
+		}
+		sh.log.Debug("rules: shard rewinds for rules taken in", "rules", len(sh.fresh), "from", sh.state.Seq, "to", seq)
+		sh.state.Seq, sh.dirty = seq, true
+	}
+	clear(sh.fresh)
+	return nil
+}
+
+// lastBefore is the sequence of the last event stored before t (0: none):
+// the stream's answer, as a consumer starting at t is made at the event
+// after it.
+func (sh *shard) lastBefore(ctx context.Context, t time.Time) (uint64, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	info, err := sh.e.events.Info(actx)
-	if err != nil || info.State.LastSeq <= sh.state.Seq {
-		return // tried again at the next tick
+	cons, err := sh.e.events.CreateConsumer(cctx, jetstream.ConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
+		OptStartTime:      &t,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: time.Minute,
+		MemoryStorage:     true,
+		Replicas:          1,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("events stream: position at %s: %w", t.Format(time.RFC3339Nano), err)
 	}
-	if f := sh.feed; f != nil {
-		if len(f.msgs) > 0 {
-			return
-		}
-		// Asked after the stream: its pending count covers every event
-		// stored up to the stream's last seen above.
-		ci, err := f.cons.Info(actx)
-		if err != nil || ci.NumPending > 0 || ci.Delivered.Stream > sh.state.Seq {
-			return
-		}
+	info := cons.CachedInfo()
+	if err := sh.e.events.DeleteConsumer(cctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		sh.log.Debug("rules: delete position consumer", "err", err)
 	}
-	sh.state.Seq, sh.dirty = info.State.LastSeq, true
+	return info.Delivered.Stream, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/eventgate/eventgate/internal/event"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/query"
+	"github.com/eventgate/eventgate/internal/watch"
 )
 
 // The live feed as the bench's rules section offers it: feedTenants
@@ -96,8 +97,14 @@ func benchFeed(b *testing.B, nrules int) {
 		uids = append(uids, r.UID)
 		tenantShards[r.Tenant.Name] = append(tenantShards[r.Tenant.Name], shardOf(r.Tenant))
 	}
+	// Every gateway has its live feed, rules or not.
+	hub, err := watch.Start(ctx, js, cfg.EventsStream, log, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer hub.Stop()
 	if nrules >= 0 {
-		e, err := Start(ctx, js, store, cfg, log)
+		e, err := Start(ctx, js, hub, store, cfg, log)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,10 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/rules/rule"
-	"github.com/eventgate/eventgate/internal/subject"
 )
 
 // checkpoint is a shard's state at a position of the events stream.
@@ -57,13 +55,17 @@ type shard struct {
 	// so that one never covers an event whose notification may be lost.
 	queued []jetstream.PubAckFuture
 	// feed reads the events of the shard's tenants (nil: no rule, nothing
-	// to read); refeed fires when the tenants changed and the feed is to
+	// to read); refeed fires when the rules changed and the feed is to
 	// follow them.
 	feed   *feed
 	refeed <-chan time.Time
-	// handled: an event was handled since the last tick (the shard's
-	// position moves by itself).
-	handled bool
+	// fresh are the rules taken in (or whose condition changed) since the
+	// feed last followed the rules, by uid: each evaluates the events
+	// stored after its Since, some of which the shard may have read
+	// before it knew the rule (follow rewinds for them).
+	fresh map[string]bool
+	// halted: the feed stopped (the replica is shutting down).
+	halted bool
 }
 
 // maxQueued bounds the notifications in flight before evaluation waits.
@@ -74,7 +76,7 @@ func stateKey(shard int) string { return fmt.Sprintf("shard.%d", shard) }
 // restore loads the shard's checkpoint and claims it: the write fences
 // off any previous owner's later checkpoints.
 func (e *Engine) restore(ctx context.Context, n int, log *slog.Logger) (*shard, error) {
-	sh := &shard{e: e, n: n, log: log}
+	sh := &shard{e: e, n: n, log: log, fresh: map[string]bool{}}
 	ent, err := e.states.Get(ctx, stateKey(n))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -156,11 +158,13 @@ func (sh *shard) sync(all []*Rule) {
 			st.Cond, st.Since = c.cond, r.Written
 			sh.state.Rules[r.UID] = st
 			sh.dirty = true
+			sh.fresh[r.UID] = true
 		}
 	}
 	for uid := range sh.state.Rules {
 		if rules[uid] == nil {
 			delete(sh.state.Rules, uid)
+			delete(sh.fresh, uid)
 			sh.dirty = true
 		}
 	}
@@ -181,7 +185,7 @@ func (sh *shard) run(ctx context.Context) error {
 	ckpt := time.NewTicker(sh.e.cfg.Checkpoint)
 	defer ckpt.Stop()
 	for {
-		var msgs <-chan jetstream.Msg
+		var items <-chan event.WatchItem
 		var readDone <-chan error
 		if sh.feed != nil {
 			readDone = sh.feed.done
@@ -189,7 +193,7 @@ func (sh *shard) run(ctx context.Context) error {
 				// Paused while a new feed is due: handling on would move
 				// the checkpoint past events of a tenant the new feed
 				// adds, which it would then start after.
-				msgs = sh.feed.msgs
+				items = sh.feed.items
 			}
 		}
 		select {
@@ -199,17 +203,19 @@ func (sh *shard) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("events consumer: %w", err)
-		case m := <-msgs:
-			if err := sh.handle(ctx, m); err != nil {
+			if err := sh.refollow(ctx, err); err != nil {
+				return err
+			}
+		case it := <-items:
+			if err := sh.handle(ctx, it); err != nil {
 				return err
 			}
 		case <-changed:
 			all, changed = sh.e.store.Snapshot()
 			sh.sync(all)
-			if sh.refeed == nil && !slices.Equal(sh.subjects(), sh.feed.subjectsOrNil()) {
+			if sh.refeed == nil && (len(sh.fresh) > 0 || !slices.Equal(sh.subjects(), sh.feed.subjectsOrNil())) {
 				// Rules come in bursts (an apply of many): the feed
-				// follows their tenants once the burst is in.
+				// follows them once the burst is in.
 				sh.refeed = time.After(refeedDelay)
 			}
 		case <-sh.refeed:
@@ -217,7 +223,9 @@ func (sh *shard) run(ctx context.Context) error {
 				return err
 			}
 		case now := <-ticker.C:
-			sh.advance(ctx)
+			if sh.feed == nil && sh.refeed == nil && len(sh.fresh) == 0 && !sh.halted {
+				sh.skipAhead()
+			}
 			if !sh.caughtUp {
 				continue
 			}
@@ -249,37 +257,32 @@ func (sh *shard) run(ctx context.Context) error {
 	}
 }
 
-// handle evaluates one event of the stream.
-func (sh *shard) handle(ctx context.Context, m jetstream.Msg) error {
-	meta, err := m.Metadata()
-	if err != nil {
+// handle evaluates one event of the stream, or moves the shard's position
+// to a bookmark's: every event of its tenants up to it was sent.
+func (sh *shard) handle(ctx context.Context, it event.WatchItem) error {
+	if it.Live {
+		// Caught up with the feed, which reads the stream as it is
+		// written, when nothing the feed sent waits behind this.
+		sh.caughtUp = len(sh.feed.items) == 0
+	}
+	if it.Seq <= sh.state.Seq {
 		return nil
 	}
-	seq := meta.Sequence.Stream
-	if seq <= sh.state.Seq {
+	sh.state.Seq, sh.dirty = it.Seq, true
+	ev := it.Event
+	if it.Bookmark || ev == nil {
 		return nil
 	}
-	sh.state.Seq, sh.dirty, sh.handled = seq, true, true
-	sh.caughtUp = meta.NumPending == 0
-	if meta.Timestamp.After(sh.logTime) {
-		sh.logTime = meta.Timestamp
+	if it.Stored.After(sh.logTime) {
+		sh.logTime = it.Stored
 	}
 	t := sh.logTime
-	rules := sh.byTen[tenantOf(m.Subject())]
-	if len(rules) == 0 {
-		return nil
-	}
-	var ev *eventgatev1.Event
-	for _, c := range rules {
+	tn := ev.GetTenant()
+	for _, c := range sh.byTen[Tenant{Type: tn.GetType(), Name: tn.GetName()}] {
 		r := c.rule
 		st := sh.state.Rules[r.UID]
-		if meta.Timestamp.Before(st.Since) {
-			continue // stored before the rule (or its condition)
-		}
-		if ev == nil {
-			if ev, err = event.Unmarshal(m.Data()); err != nil {
-				return nil // not an event: nothing to evaluate
-			}
+		if it.Stored.Before(st.Since) || it.Seq <= st.Seq {
+			continue // stored before the rule (or its condition), or evaluated before a rewind
 		}
 		if !sees(r, ev) {
 			continue
@@ -328,15 +331,6 @@ func (sh *shard) publish(ctx context.Context, c *compiled, fired []Fired) error 
 		sh.queued = append(sh.queued, f)
 	}
 	return nil
-}
-
-// tenantOf is the tenant an event subject names, decoded.
-func tenantOf(subj string) Tenant {
-	k, err := subject.Parse(subj)
-	if err != nil {
-		return Tenant{}
-	}
-	return Tenant{Type: k.TenantType, Name: k.TenantName}
 }
 
 // Checkpoints are gzipped JSON: the groups' last events repeat most of

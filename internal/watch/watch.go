@@ -162,7 +162,7 @@ func (h *Hub) dispatch(msg jetstream.Msg) {
 	if hc := propagation.HeaderCarrier(msg.Headers()); hc.Get("traceparent") != "" {
 		sc = trace.SpanContextFromContext(propagator.Extract(context.Background(), hc))
 	}
-	it := event.WatchItem{Seq: seq, Event: ev, Trace: sc}
+	it := event.WatchItem{Seq: seq, Event: ev, Trace: sc, Stored: meta.Timestamp, Live: true}
 	for _, w := range h.matched {
 		if w.dead || seq <= w.lastQueued || (w.match != nil && !w.match(ev)) {
 			continue

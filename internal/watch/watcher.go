@@ -113,7 +113,7 @@ func (h *Hub) bookmarkLoop() {
 				}
 				w.nextMark = now.Add(w.bookmarks)
 				// A full buffer will overflow on the next event.
-				w.q.push(event.WatchItem{Seq: h.last, Bookmark: true})
+				w.q.push(event.WatchItem{Seq: h.last, Bookmark: true, Live: true})
 			}
 			h.mu.Unlock()
 		}
