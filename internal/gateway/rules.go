@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
@@ -41,6 +42,11 @@ func (g *Gateway) startRules(ctx context.Context) error {
 	if p.engine, err = rules.Start(sctx, g.js, g.hub, p.store, cfg, g.log); err != nil {
 		return err
 	}
+	engine := p.engine
+	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "eventgate_rules_evaluated",
+		Help: "Rules this replica evaluates: the shards it owns have taken them in.",
+	}, func() float64 { return float64(engine.Evaluating()) }))
 	ncfg := g.cfg.Notify
 	ncfg.Replicas = cfg.Replicas
 	if p.disp, err = notify.Start(sctx, g.js, g.nc, p.engine, p.store, ncfg, g.rulePaused, g.log); err != nil {

@@ -101,6 +101,9 @@ func TestRulesRESTFiresOnEmittedSeriesAndKeepsSecretsWriteOnly(t *testing.T) {
 		t.Errorf("creating it twice: %d %v", code, m)
 	}
 	waitRuleEvaluated(t, tg, rules.Tenant{Type: "project", Name: "shop"}, "backoff")
+	if metrics := metricsText(t, tg.httpURL); !strings.Contains(metrics, "\neventgate_rules_evaluated 1\n") {
+		t.Errorf("/metrics does not count the one rule evaluated")
+	}
 
 	pod := func(reason, typ string) *eventgatev1.Event {
 		return &eventgatev1.Event{Reason: reason, Type: typ, Note: "Back-off restarting failed container", ReportingController: "kubelet",

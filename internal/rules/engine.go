@@ -188,6 +188,13 @@ func (e *Engine) Evaluates(uid string) bool {
 	return ok
 }
 
+// Evaluating is how many rules this replica evaluates.
+func (e *Engine) Evaluating() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.evaluating)
+}
+
 func (e *Engine) setEvaluating(shard int, uids map[string]*compiled) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
