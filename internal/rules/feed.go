@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,7 +49,7 @@ const refeedDelay = 100 * time.Millisecond
 // feed is a shard's watch of the live feed and the goroutine running it.
 type feed struct {
 	subjects []string
-	items    chan event.WatchItem
+	in       inbox
 	done     chan error // the watch's end, when not stopped
 	stop     context.CancelFunc
 	ended    chan struct{}
@@ -101,18 +102,11 @@ func (sh *shard) follow(ctx context.Context) error {
 	from := sh.state.Seq
 	sh.caughtUp = from >= sh.e.feed.LastSeq()
 	fctx, stop := context.WithCancel(ctx)
-	f := &feed{subjects: subjects, items: make(chan event.WatchItem, 256), done: make(chan error, 1), stop: stop, ended: make(chan struct{})}
+	f := &feed{subjects: subjects, in: newInbox(), done: make(chan error, 1), stop: stop, ended: make(chan struct{})}
 	o := event.WatchOptions{Subjects: subjects, After: &from, Bookmarks: sh.e.cfg.Tick, Buffer: feedBuffer}
 	go func() {
 		defer close(f.ended)
-		err := sh.e.feed.Watch(fctx, o, func(it event.WatchItem) error {
-			select {
-			case f.items <- it:
-				return nil
-			case <-fctx.Done():
-				return fctx.Err()
-			}
-		})
+		err := sh.e.feed.Watch(fctx, o, func(it event.WatchItem) error { return f.in.put(fctx, it) })
 		if fctx.Err() == nil {
 			f.done <- err
 		}
@@ -232,4 +226,73 @@ func (sh *shard) lastBefore(ctx context.Context, t time.Time) (uint64, error) {
 		sh.log.Debug("rules: delete position consumer", "err", err)
 	}
 	return info.Delivered.Stream, nil
+}
+
+// inboxMax bounds what a shard's inbox holds: past it, the feed's goroutine
+// waits (and the feed queues, up to feedBuffer).
+const inboxMax = 4096
+
+// inbox passes the feed's items to the shard in batches: the shard takes
+// everything that arrived at once, where a channel cost a handoff (and a
+// wake-up) per event.
+type inbox struct {
+	mu    sync.Mutex
+	items []event.WatchItem
+	spare []event.WatchItem // the previous batch's slice, emptied, for reuse
+	ready chan struct{}     // a token when items became non-empty
+	space chan struct{}     // a token when the shard took items
+}
+
+func newInbox() inbox {
+	return inbox{ready: make(chan struct{}, 1), space: make(chan struct{}, 1)}
+}
+
+// put queues it, waiting while the inbox is full.
+func (b *inbox) put(ctx context.Context, it event.WatchItem) error {
+	for {
+		b.mu.Lock()
+		if n := len(b.items); n < inboxMax {
+			if b.items == nil {
+				b.items, b.spare = b.spare, nil
+			}
+			b.items = append(b.items, it)
+			b.mu.Unlock()
+			if n == 0 {
+				select {
+				case b.ready <- struct{}{}:
+				default:
+				}
+			}
+			return nil
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.space:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// take returns everything queued, in order; give it back with recycle.
+func (b *inbox) take() []event.WatchItem {
+	b.mu.Lock()
+	items := b.items
+	b.items = nil
+	b.mu.Unlock()
+	select {
+	case b.space <- struct{}{}:
+	default:
+	}
+	return items
+}
+
+// recycle keeps a taken batch's slice for the next one.
+func (b *inbox) recycle(items []event.WatchItem) {
+	clear(items)
+	b.mu.Lock()
+	if b.spare == nil {
+		b.spare = items[:0]
+	}
+	b.mu.Unlock()
 }

@@ -185,7 +185,7 @@ func (sh *shard) run(ctx context.Context) error {
 	ckpt := time.NewTicker(sh.e.cfg.Checkpoint)
 	defer ckpt.Stop()
 	for {
-		var items <-chan event.WatchItem
+		var ready <-chan struct{}
 		var readDone <-chan error
 		if sh.feed != nil {
 			readDone = sh.feed.done
@@ -193,7 +193,7 @@ func (sh *shard) run(ctx context.Context) error {
 				// Paused while a new feed is due: handling on would move
 				// the checkpoint past events of a tenant the new feed
 				// adds, which it would then start after.
-				items = sh.feed.items
+				ready = sh.feed.in.ready
 			}
 		}
 		select {
@@ -206,10 +206,15 @@ func (sh *shard) run(ctx context.Context) error {
 			if err := sh.refollow(ctx, err); err != nil {
 				return err
 			}
-		case it := <-items:
-			if err := sh.handle(ctx, it); err != nil {
-				return err
+		case <-ready:
+			in := &sh.feed.in
+			items := in.take()
+			for i, it := range items {
+				if err := sh.handle(ctx, it, i == len(items)-1); err != nil {
+					return err
+				}
 			}
+			in.recycle(items)
 		case <-changed:
 			all, changed = sh.e.store.Snapshot()
 			sh.sync(all)
@@ -258,12 +263,13 @@ func (sh *shard) run(ctx context.Context) error {
 }
 
 // handle evaluates one event of the stream, or moves the shard's position
-// to a bookmark's: every event of its tenants up to it was sent.
-func (sh *shard) handle(ctx context.Context, it event.WatchItem) error {
+// to a bookmark's: every event of its tenants up to it was sent. last: the
+// item ends what the shard took from its inbox.
+func (sh *shard) handle(ctx context.Context, it event.WatchItem, last bool) error {
 	if it.Live {
 		// Caught up with the feed, which reads the stream as it is
 		// written, when nothing the feed sent waits behind this.
-		sh.caughtUp = len(sh.feed.items) == 0
+		sh.caughtUp = last
 	}
 	if it.Seq <= sh.state.Seq {
 		return nil
