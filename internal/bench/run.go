@@ -441,7 +441,22 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 		var outcomes map[string]int
 		for i := 0; i < sc.Runs; i++ {
 			cpu0, cpuErr := g.CPU()
+			// With -profile, each EmitStream run is sampled (pprof): what
+			// costs more per event from one run to the next.
+			var profiled chan error
+			path := filepath.Join(r.cfg.WorkDir, fmt.Sprintf("cpu.emit%d.pb.gz", i+1))
+			if r.cfg.Profile && mode == ModeStream {
+				profiled = make(chan error, 1)
+				go func() { profiled <- g.SaveCPUProfile(ctx, sc.EmitDuration, path) }()
+			}
 			t, err := RunThroughput(ctx, g, mode, NewWorkload(fmt.Sprintf("tp%s%d", strings.ToLower(string(mode)), i)), sc.EmitDuration)
+			if profiled != nil {
+				if perr := <-profiled; perr != nil {
+					r.logf("%s run %d: CPU profile: %v", mode, i+1, perr)
+				} else {
+					r.logf("%s run %d: CPU profile: %s", mode, i+1, path)
+				}
+			}
 			if err != nil {
 				failed = err
 				break
