@@ -73,6 +73,15 @@ func (e *testEnv) waitFeedOnly() {
 	}
 }
 
+// oneShard starts replica a, the owner of the one shard, and a receiver
+// verifying signatures.
+func oneShard(t *testing.T) (*testEnv, *replica, *receiver) {
+	t.Helper()
+	e := newEnv(t)
+	e.rcfg.Shards = 1
+	return e, e.start("a"), newReceiver(t, verifying)
+}
+
 // waitTakenIn waits until a shard of r evaluates it (or, evaluating,
 // false: no longer does).
 func waitTakenIn(t *testing.T, r *replica, rule *rules.Rule, evaluating bool) {
@@ -117,10 +126,7 @@ func TestShardsReadTheLiveFeedAndAddNoConsumer(t *testing.T) {
 // alone: an event of another tenant that matches every rule's filter
 // fires none.
 func TestAShardOfManyTenantsFiresForItsOwnAlone(t *testing.T) {
-	e := newEnv(t)
-	e.rcfg.Shards = 1
-	a := e.start("a")
-	rc := newReceiver(t, verifying)
+	e, a, rc := oneShard(t)
 	var last *rules.Rule
 	var lastTenant rules.Tenant
 	for i := range 40 {
@@ -141,10 +147,7 @@ func TestAShardOfManyTenantsFiresForItsOwnAlone(t *testing.T) {
 // later and meanwhile reads past that event (another tenant's rule keeps
 // it reading).
 func TestARuleFiresOnAnEventEmittedAsSoonAsItIsCreated(t *testing.T) {
-	e := newEnv(t)
-	e.rcfg.Shards = 1
-	a := e.start("a")
-	rc := newReceiver(t, verifying)
+	e, a, rc := oneShard(t)
 	busy := e.createRule(a, deployedRule("busy", tenant, rc.srv.URL), a)
 	waitTakenIn(t, a, busy, true)
 	for i := range 5 {
@@ -167,10 +170,7 @@ func TestARuleFiresOnAnEventEmittedAsSoonAsItIsCreated(t *testing.T) {
 // tenant stored while the shard read only another tenant's, which the
 // shard reads once it follows the new tenant too.
 func TestARuleCreatedOnARunningShardDoesNotFireOnOlderEvents(t *testing.T) {
-	e := newEnv(t)
-	e.rcfg.Shards = 1
-	a := e.start("a")
-	rc := newReceiver(t, verifying)
+	e, a, rc := oneShard(t)
 	r1 := e.createRule(a, deployedRule("p1-deployed", tenant, rc.srv.URL), a)
 	d1 := podEvent("Normal", "Deployed", "app-1")
 	e.emit(d1)
@@ -330,10 +330,7 @@ func (e *testEnv) checkpointSeq() uint64 {
 // checkpoint to the stream's end once it has read all of its own: its next
 // feed, or its successor's, does not start back where it last handled one.
 func TestAShardCheckpointsPastTheEventsItsFilterSkips(t *testing.T) {
-	e := newEnv(t)
-	e.rcfg.Shards = 1
-	a := e.start("a")
-	rc := newReceiver(t, verifying)
+	e, a, rc := oneShard(t)
 	r1 := e.createRule(a, deployedRule("p1-deployed", tenant, rc.srv.URL), a)
 	d1 := podEvent("Normal", "Deployed", "app-1")
 	e.emit(d1)

@@ -5,24 +5,14 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	ejs "github.com/eventgate/eventgate/internal/jetstream"
-	"github.com/eventgate/eventgate/internal/natstest"
 )
 
 // An operator listing the events stream's consumers can tell which
 // replica's watch feed and replays they are.
 func TestConsumersAreNamedAfterTheReplica(t *testing.T) {
-	ns := natstest.StartServer(t)
-	nc, js := natstest.Connect(t, ns.ClientURL())
-	t.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := ejs.DefaultConfig()
-	s, err := ejs.EnsureStream(ctx, js, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, cfg, s := eventsStream(t)
 	h, err := Start(ctx, js, cfg.Stream, nil, nil, OfReplica("pod-0"))
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
@@ -13,25 +15,31 @@ import (
 	"github.com/eventgate/eventgate/internal/subject"
 )
 
-// A watch of more subjects than a replay's consumer filters by (the rules'
-// shards watch hundreds of tenants) resumes with exactly its subjects'
-// events, in order, each with the time it was stored, and then goes on
-// live.
-func TestAResumedWatchOfManySubjectsReplaysOnlyTheirEvents(t *testing.T) {
+// eventsStream starts a server with the events stream, as the gateway
+// configures it.
+func eventsStream(t *testing.T) (jetstream.JetStream, ejs.Config, jetstream.Stream) {
+	t.Helper()
 	ns := natstest.StartServer(t)
 	nc, js := natstest.Connect(t, ns.ClientURL())
 	t.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := ejs.DefaultConfig()
-	if _, err := ejs.EnsureStream(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
-	h, err := Start(ctx, js, cfg.Stream, nil, nil)
+	s, err := ejs.EnsureStream(ctx, js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.Stop)
+	return js, cfg, s
+}
+
+// A watch of more subjects than a replay's consumer filters by (the rules'
+// shards watch hundreds of tenants) resumes with exactly its subjects'
+// events, in order, each with the time it was stored, and then goes on
+// live.
+func TestAResumedWatchOfManySubjectsReplaysOnlyTheirEvents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, cfg, _ := eventsStream(t)
 
 	emit := func(tenant string, i int) {
 		t.Helper()
@@ -66,6 +74,13 @@ func TestAResumedWatchOfManySubjectsReplaysOnlyTheirEvents(t *testing.T) {
 		}
 	}
 
+	// Started after them: the feed begins at the stream's end, so what was
+	// stored before comes from a replay.
+	h, err := Start(ctx, js, cfg.Stream, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
 	items := make(chan event.WatchItem, 1)
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
