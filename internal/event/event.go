@@ -410,6 +410,15 @@ func Marshal(ev *eventgatev1.Event) ([]byte, error) {
 	return b, nil
 }
 
+// Unmarshal decodes an event from the stream.
+func Unmarshal(b []byte) (*eventgatev1.Event, error) {
+	ev := &eventgatev1.Event{}
+	if err := proto.Unmarshal(b, ev); err != nil {
+		return nil, fmt.Errorf("unmarshal event: %w", err)
+	}
+	return ev, nil
+}
+
 // TruncateUTF8 cuts s to at most n bytes without splitting a rune.
 func TruncateUTF8(s string, n int) string {
 	if len(s) <= n {
