@@ -126,16 +126,22 @@ func (c *Cluster) waitMetaLeader(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		// The cluster is usable once its meta leader answers account info.
-		actx, acancel := context.WithTimeout(ctx, time.Second)
-		_, err := js.AccountInfo(actx)
+		// The cluster is usable once its meta leader places a stream on
+		// every node: answering account info, it may still count a peer
+		// offline ("no suitable peers for placement").
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.CreateStream(actx, jetstream.StreamConfig{Name: "NATSTEST_READY", Subjects: []string{"natstest.ready"},
+			Storage: jetstream.MemoryStorage, Replicas: len(c.Servers)})
+		if err == nil {
+			err = js.DeleteStream(actx, "NATSTEST_READY")
+		}
 		acancel()
 		if err == nil {
 			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("JetStream cluster has no meta leader after 30s")
+			t.Fatalf("JetStream cluster cannot place a stream on its %d nodes after 30s: %v", len(c.Servers), err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
