@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
-TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway $(BIN)/protoc-gen-openapiv2
+TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto $(BIN)/protoc-gen-grpc-gateway $(BIN)/protoc-gen-openapiv2
 BENCH_SCALE ?= full
 # Pinned in deploy/tools/go.mod: render and validate the Kubernetes chart.
 DEPLOY_TOOLS := $(BIN)/helm $(BIN)/kubeconform $(BIN)/k8sschema
@@ -34,6 +34,7 @@ $(TOOLS): tools/go.mod tools/go.sum
 generate: tools
 	$(BIN)/buf format -w
 	$(BIN)/buf generate
+	$(BIN)/buf generate --template buf.gen.vtproto.yaml --path proto/eventgate/v1/event.proto
 
 ## generate-k8s-openapi: regenerate the Kubernetes types' OpenAPI definitions (internal/openapi) with kube-openapi
 generate-k8s-openapi:

@@ -1,0 +1,172 @@
+package event
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+)
+
+// storedLike is an event shaped like the bench workload's: two references,
+// three labels, an annotation, a series on some.
+func storedLike(rng *rand.Rand) *eventgatev1.Event {
+	i := strconv.Itoa(rng.IntN(1e6))
+	ev := &eventgatev1.Event{
+		Uid:                 "4b6c1f0e-" + i,
+		Name:                "payment-" + i + ".17f2a",
+		EventTime:           timestamppb.New(time.Unix(1_790_000_000+int64(rng.IntN(1e6)), int64(rng.IntN(1e9)))),
+		ReportingController: "example.com/payment-controller",
+		ReportingInstance:   "payment-controller-7d4f8b9c5-x2x7q",
+		Action:              "Reconcile",
+		Reason:              "BackOff",
+		Type:                "Warning",
+		Regarding: &eventgatev1.ObjectReference{ApiVersion: "apps/v1", Kind: "Deployment", Namespace: "payments",
+			Name: "payment-" + i, Uid: "0c1d2e3f-4a5b-4c6d-8e7f-" + i},
+		Related: &eventgatev1.ObjectReference{ApiVersion: "v1", Kind: "Pod", Namespace: "payments", Name: "payment-" + i + "-pod"},
+		Note:    "Back-off restarting failed container payment in pod payment-" + i,
+		Tenant:  &eventgatev1.Tenant{Type: "project", Name: "tenant-" + strconv.Itoa(rng.IntN(1000))},
+		Labels:  map[string]string{"app": "payment", "tier": "backend", "team": "team-" + strconv.Itoa(rng.IntN(9))},
+		Annotations: map[string]string{
+			"example.com/trace-id": strconv.FormatUint(rng.Uint64(), 16),
+		},
+	}
+	if rng.IntN(3) == 0 {
+		ev.Series = &eventgatev1.EventSeries{Count: int32(2 + rng.IntN(100)), LastObservedTime: timestamppb.New(time.Unix(1_790_000_000, 0))}
+		ev.Metadata = map[string]string{"k": strconv.Itoa(rng.IntN(10)), "": ""}
+	}
+	if rng.IntN(5) == 0 {
+		ev.Labels = nil
+	}
+	return ev
+}
+
+// TestUnmarshalAgreesWithProto: what the stream holds decodes to the event
+// protobuf-go decodes, and what Marshal stores protobuf-go reads back.
+func TestUnmarshalAgreesWithProto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 2000; i++ {
+		want := storedLike(rng)
+		b, err := Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Unmarshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("event %d: Unmarshal gave %v, want %v", i, got, want)
+		}
+		viaProto := &eventgatev1.Event{}
+		if err := proto.Unmarshal(b, viaProto); err != nil || !proto.Equal(viaProto, want) {
+			t.Fatalf("event %d: protobuf-go reads what Marshal stored as %v (%v), want %v", i, viaProto, err, want)
+		}
+		b2, err := proto.MarshalOptions{Deterministic: true}.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got2, err := Unmarshal(b2); err != nil || !proto.Equal(got2, want) {
+			t.Fatalf("event %d: Unmarshal of protobuf-go's encoding gave %v (%v)", i, got2, err)
+		}
+	}
+}
+
+// TestUnmarshalRefusesWhatIsNotAnEvent: truncated and malformed input is an
+// error, never a panic.
+func TestUnmarshalRefusesWhatIsNotAnEvent(t *testing.T) {
+	b, err := Marshal(storedLike(rand.New(rand.NewPCG(3, 4))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n < len(b); n++ {
+		if _, err := Unmarshal(b[:n]); err == nil {
+			if err := proto.Unmarshal(b[:n], &eventgatev1.Event{}); err != nil {
+				t.Fatalf("the first %d bytes decode, protobuf-go refuses them: %v", n, err)
+			}
+		}
+	}
+	for _, bad := range [][]byte{{0xff}, {0x7a, 0x05, 0x0a}, {0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}} {
+		if _, err := Unmarshal(bad); err == nil {
+			t.Errorf("Unmarshal(% x) succeeded", bad)
+		}
+	}
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < 8; i++ {
+		b, _ := Marshal(storedLike(rng))
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ev, err := Unmarshal(b)
+		if err != nil {
+			return
+		}
+		// What decodes encodes again, and decodes to the same event.
+		b2, err := ev.MarshalVT()
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		ev2, err := Unmarshal(b2)
+		if err != nil || !proto.Equal(ev, ev2) {
+			t.Fatalf("round trip: %v, %v != %v", err, ev2, ev)
+		}
+	})
+}
+
+func BenchmarkUnmarshal(b *testing.B) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var bufs [][]byte
+	for i := 0; i < 64; i++ {
+		ev := storedLike(rng)
+		ev.Series, ev.Metadata = nil, nil
+		buf, _ := Marshal(ev)
+		bufs = append(bufs, buf)
+	}
+	b.Run("event", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := Unmarshal(bufs[i%len(bufs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("protobuf-go", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if err := proto.Unmarshal(bufs[i%len(bufs)], &eventgatev1.Event{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkMarshal(b *testing.B) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var evs []*eventgatev1.Event
+	for i := 0; i < 64; i++ {
+		evs = append(evs, storedLike(rng))
+	}
+	b.Run("event", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := Marshal(evs[i%len(evs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("protobuf-go", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := (proto.MarshalOptions{Deterministic: true}).Marshal(evs[i%len(evs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
