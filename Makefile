@@ -34,7 +34,7 @@ $(TOOLS): tools/go.mod tools/go.sum
 generate: tools
 	$(BIN)/buf format -w
 	$(BIN)/buf generate
-	$(BIN)/buf generate --template buf.gen.vtproto.yaml --path proto/eventgate/v1/event.proto
+	$(BIN)/buf generate --template buf.gen.vtproto.yaml --path proto/eventgate/v1/event.proto --path proto/eventgate/v1/event_service.proto
 
 ## generate-k8s-openapi: regenerate the Kubernetes types' OpenAPI definitions (internal/openapi) with kube-openapi
 generate-k8s-openapi:
