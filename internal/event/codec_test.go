@@ -1,11 +1,13 @@
 package event
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -72,6 +74,63 @@ func TestUnmarshalAgreesWithProto(t *testing.T) {
 		}
 		if got2, err := Unmarshal(b2); err != nil || !proto.Equal(got2, want) {
 			t.Fatalf("event %d: Unmarshal of protobuf-go's encoding gave %v (%v)", i, got2, err)
+		}
+	}
+}
+
+// TestMarshalIsProtobufDeterministic: Marshal writes the very bytes of
+// protobuf-go's deterministic encoding, for events with and without maps,
+// with empty keys and values, with a resourceVersion (not stored) and with
+// fields this version does not know; and refuses what protobuf-go refuses.
+func TestMarshalIsProtobufDeterministic(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	check := func(i int, ev *eventgatev1.Event) {
+		t.Helper()
+		c := proto.Clone(ev).(*eventgatev1.Event)
+		c.ResourceVersion = ""
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("event %d: Marshal wrote\n% x\nprotobuf-go\n% x", i, got, want)
+		}
+	}
+	for i := 0; i < 2000; i++ {
+		ev := storedLike(rng)
+		switch i % 5 {
+		case 1:
+			ev.Labels = map[string]string{}
+		case 2:
+			ev.Labels = map[string]string{}
+			for j := range 12 {
+				ev.Labels["k"+strconv.Itoa(rng.IntN(100))+strconv.Itoa(j)] = strconv.Itoa(j)
+			}
+			ev.Labels[""] = ""
+			ev.Annotations[strconv.Itoa(i)] = ""
+		case 3:
+			ev.ResourceVersion = "42"
+		case 4:
+			ev.ProtoReflect().SetUnknown(protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "later"))
+		}
+		rv := ev.ResourceVersion
+		check(i, ev)
+		if ev.ResourceVersion != rv {
+			t.Fatalf("Marshal changed the resourceVersion to %q", ev.ResourceVersion)
+		}
+	}
+	for _, bad := range []*eventgatev1.Event{
+		{Reason: "ok\xff"},
+		{Labels: map[string]string{"a\xff": "b"}},
+		{Metadata: map[string]string{"a": "\xffb"}},
+		{Regarding: &eventgatev1.ObjectReference{Name: "\xc3"}},
+	} {
+		if b, err := Marshal(bad); err == nil {
+			t.Errorf("Marshal(%v) = % x, want protobuf-go's refusal of invalid UTF-8", bad, b)
 		}
 	}
 }
