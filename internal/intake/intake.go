@@ -416,7 +416,7 @@ func (in *Intake) Config() Config { return in.cfg }
 
 // Partition returns the intake partition of ev's series key.
 func (in *Intake) Partition(ev *eventgatev1.Event) int {
-	return int(series.KeyOf(ev).Hash() % uint64(in.cfg.Partitions))
+	return int(series.HashOf(ev) % uint64(in.cfg.Partitions))
 }
 
 // pendingOcc is the i-th occurrence of a waiting call.

@@ -87,6 +87,9 @@ func TestKeyOf(t *testing.T) {
 			if got := KeyOf(ev).Hash() == KeyOf(base).Hash(); got != tc.same {
 				t.Errorf("same hash = %v, want %v", got, tc.same)
 			}
+			if HashOf(ev) != KeyOf(ev).Hash() {
+				t.Errorf("HashOf = %x, KeyOf(ev).Hash() = %x", HashOf(ev), KeyOf(ev).Hash())
+			}
 		})
 	}
 	if KeyOf(base).IsZero() || !(Key{}).IsZero() {
@@ -107,6 +110,9 @@ func FuzzKeyOf(f *testing.F) {
 		same := a1 == a2 && r1 == r2 && n1 == n2
 		if got := KeyOf(e1) == KeyOf(e2); got != same {
 			t.Errorf("keys equal = %v for tuples equal = %v", got, same)
+		}
+		if HashOf(e1) != KeyOf(e1).Hash() {
+			t.Errorf("HashOf = %x, KeyOf(ev).Hash() = %x (a key of %d bytes)", HashOf(e1), KeyOf(e1).Hash(), len(KeyOf(e1).s))
 		}
 	})
 }

@@ -62,14 +62,23 @@ func appendField(b []byte, s string) []byte {
 // release with the same key encoding: use it to partition keys (for example
 // as the subject token a NATS subject mapping partitions on). Unlike the
 // key itself it may collide.
-func (k Key) Hash() uint64 {
+func (k Key) Hash() uint64 { return fnv1a(k.s) }
+
+// HashOf is KeyOf(ev).Hash() without making the key: what the intake
+// partitions every occurrence by.
+func HashOf(ev *eventgatev1.Event) uint64 {
+	var buf [256]byte
+	return fnv1a(appendKey(buf[:0], ev))
+}
+
+func fnv1a[T string | []byte](s T) uint64 {
 	const (
 		offset = 14695981039346656037
 		prime  = 1099511628211
 	)
 	h := uint64(offset)
-	for i := 0; i < len(k.s); i++ {
-		h ^= uint64(k.s[i])
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
 		h *= prime
 	}
 	return h
