@@ -3,7 +3,6 @@ package clickhouse
 import (
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	chproto "github.com/ClickHouse/ch-go/proto"
@@ -73,7 +72,43 @@ type eventBlock struct {
 	buf  chproto.Buffer
 }
 
-var eventBlocks = sync.Pool{New: func() any { return newEventBlock() }}
+// eventBlocks keeps the blocks of the last batches, with their grown
+// columns, for the next ones. Not a sync.Pool: the collector empties a pool
+// every other cycle, and under an emit load it runs about once a second,
+// so most batches grew a new block's columns from nothing (6 GB of the
+// 130 GB the gateway allocated in a full-scale emit phase). At most
+// keptBlocks are kept: a batch in flight and the one being built.
+var eventBlocks = blockList{free: make(chan *eventBlock, keptBlocks)}
+
+const (
+	keptBlocks = 2
+	// maxKeptBlockBytes: a full batch of workload events encodes to ~6 MiB.
+	maxKeptBlockBytes = 64 << 20
+)
+
+type blockList struct{ free chan *eventBlock }
+
+// Get returns a kept block, or a new one.
+func (l blockList) Get() *eventBlock {
+	select {
+	case b := <-l.free:
+		return b
+	default:
+		return newEventBlock()
+	}
+}
+
+// Put keeps b for a later batch, unless keptBlocks are kept already or a
+// batch of unusually large events grew it past maxKeptBlockBytes.
+func (l blockList) Put(b *eventBlock) {
+	if cap(b.buf.Buf) > maxKeptBlockBytes {
+		return
+	}
+	select {
+	case l.free <- b:
+	default:
+	}
+}
 
 func newEventBlock() *eventBlock {
 	lc := func() *chproto.ColLowCardinality[string] { return new(chproto.ColStr).LowCardinality() }
@@ -240,7 +275,7 @@ func (b *eventBlock) encode() ([]byte, error) {
 // (b.native). The caller releases the batch once the bytes are sent.
 func (b *eventBatch) encodeNative() error {
 	b.release()
-	blk := eventBlocks.Get().(*eventBlock)
+	blk := eventBlocks.Get()
 	blk.reset()
 	b.block = blk
 	for _, r := range b.rows {
