@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -182,4 +185,25 @@ func BenchmarkDecodeEmitStreamBatch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkRESTBodyDecode: a REST emit of 10 events, decoded as the REST
+// gateway decodes a request body.
+func BenchmarkRESTBodyDecode(b *testing.B) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	req := &eventgatev1.EmitRequest{}
+	for len(req.Events) < 10 {
+		req.Events = append(req.Events, randomEmit(rng).Events...)
+	}
+	body, err := protojson.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := &strictJSON{JSONPb: &runtime.JSONPb{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := m.NewDecoder(bytes.NewReader(body)).Decode(&eventgatev1.EmitRequest{}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

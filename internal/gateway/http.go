@@ -406,6 +406,13 @@ func (m *strictJSON) decode(r io.Reader, v any) error {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return io.EOF // no body: an empty request, as the generated handlers take it
 	}
+	// protojson alone takes exactly one JSON value, as strictly as the
+	// checks below: one pass over the body where they make three (the
+	// value's extent, the REST gateway's own, protojson's). Whatever it
+	// refuses goes the long way, which words the error.
+	if pm, ok := v.(proto.Message); ok && m.UnmarshalOptions.Unmarshal(b, pm) == nil {
+		return nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
