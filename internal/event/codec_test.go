@@ -188,18 +188,16 @@ func BenchmarkUnmarshal(b *testing.B) {
 		buf, _ := Marshal(ev)
 		bufs = append(bufs, buf)
 	}
-	b.Run("event", func(b *testing.B) {
+	benchEach(b, "event", func(i int) error { _, err := Unmarshal(bufs[i%len(bufs)]); return err })
+	benchEach(b, "protobuf-go", func(i int) error { return proto.Unmarshal(bufs[i%len(bufs)], &eventgatev1.Event{}) })
+}
+
+// benchEach runs f(0), f(1), … as the sub-benchmark name.
+func benchEach(b *testing.B, name string, f func(i int) error) {
+	b.Run(name, func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			if _, err := Unmarshal(bufs[i%len(bufs)]); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("protobuf-go", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			if err := proto.Unmarshal(bufs[i%len(bufs)], &eventgatev1.Event{}); err != nil {
+			if err := f(i); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -212,20 +210,9 @@ func BenchmarkMarshal(b *testing.B) {
 	for i := 0; i < 64; i++ {
 		evs = append(evs, storedLike(rng))
 	}
-	b.Run("event", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			if _, err := Marshal(evs[i%len(evs)]); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("protobuf-go", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			if _, err := (proto.MarshalOptions{Deterministic: true}).Marshal(evs[i%len(evs)]); err != nil {
-				b.Fatal(err)
-			}
-		}
+	benchEach(b, "event", func(i int) error { _, err := Marshal(evs[i%len(evs)]); return err })
+	benchEach(b, "protobuf-go", func(i int) error {
+		_, err := (proto.MarshalOptions{Deterministic: true}).Marshal(evs[i%len(evs)])
+		return err
 	})
 }
