@@ -46,8 +46,15 @@ func (e *SlowWatcherError) Error() string {
 // WatchItem is one thing a watcher receives: an event with its stream sequence,
 // or a bookmark carrying the sequence up to which the watcher is complete.
 type WatchItem struct {
-	Seq      uint64
-	Event    *eventgatev1.Event // shared between watchers: never modify
+	Seq uint64
+	// Event is the event, decoded, its ResourceVersion set; shared between
+	// watchers: never modify. It is nil for a watcher of Encoded items when
+	// no watcher of the event needed it decoded.
+	Event *eventgatev1.Event
+	// Raw is the event as the stream stores it (its ResourceVersion not in
+	// it), when at hand: a watcher can send it on without encoding the
+	// event again (see EncodeWatchEvent). Shared: never modify.
+	Raw      []byte
 	Bookmark bool
 	// Trace is the span context of the emit that stored the event, if any.
 	Trace trace.SpanContext
@@ -73,4 +80,8 @@ type WatchOptions struct {
 	// Ready, when set, is called once the watch is established: the
 	// resourceVersion was accepted and live events are being collected.
 	Ready func()
+	// Encoded: the watcher sends on WatchItem.Raw and needs no decoded
+	// event (without Match, the feed then decodes an event only when
+	// another of its watchers needs it).
+	Encoded bool
 }

@@ -39,8 +39,33 @@ func newDecodeGuard(max int) *decodeGuard {
 	return &decodeGuard{base: encoding.GetCodecV2(proto.Name), max: max}
 }
 
-func (d *decodeGuard) Marshal(v any) (mem.BufferSlice, error) { return d.base.Marshal(v) }
-func (d *decodeGuard) Name() string                           { return d.base.Name() }
+// Marshal sends a message already encoded (service.Encoded: a watch event
+// as the stream stores it) as it is, and encodes one with generated
+// encoding (the event service's responses) without reflection. What that
+// encoding would send with a string that is not UTF-8, protobuf-go
+// refuses, as before.
+func (d *decodeGuard) Marshal(v any) (mem.BufferSlice, error) {
+	switch m := v.(type) {
+	case encoded:
+		return mem.BufferSlice{mem.SliceBuffer(m.EncodedMessage())}, nil
+	case generatedEncoding:
+		if b, err := m.MarshalVT(); err == nil && event.ValidUTF8(b, m.ProtoReflect().Descriptor()) {
+			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+		}
+	}
+	return d.base.Marshal(v)
+}
+
+// generatedEncoding is a message with generated encoding (vtprotobuf).
+type generatedEncoding interface {
+	protov2.Message
+	MarshalVT() ([]byte, error)
+}
+
+func (d *decodeGuard) Name() string { return d.base.Name() }
+
+// encoded is a message in the wire format already (service.Encoded).
+type encoded interface{ EncodedMessage() []byte }
 
 func (d *decodeGuard) Unmarshal(data mem.BufferSlice, v any) error {
 	if n := data.Len(); d.max > 0 && n > d.max {

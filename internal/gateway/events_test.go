@@ -73,6 +73,35 @@ func TestEmitWatchRoundTripGRPC(t *testing.T) {
 	}
 }
 
+// A gRPC watcher gets a series as MODIFIED, with its count and the
+// resourceVersion its emit answered: the watch sends each event as the
+// stream stores it, with its resourceVersion added.
+func TestAWatchSeesASeriesAsModifiedWithItsVersion(t *testing.T) {
+	tg := startGateway(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, err := tg.client.StreamWatch(ctx, &eventgatev1.StreamWatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Header(); err != nil {
+		t.Fatal(err)
+	}
+	first := emit(t, tg.client, testEvent("BackOff", "Pod", "default", "web-0"))[0]
+	second := emit(t, tg.client, testEvent("BackOff", "Pod", "default", "web-0"))[0]
+	if second.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_STARTED {
+		t.Fatalf("second occurrence: %v, want a series started", second.Outcome)
+	}
+	got := recvN(t, w, 2)
+	if got[0].Type != "ADDED" || got[0].Object.GetSeries() != nil || got[0].Object.GetResourceVersion() != first.ResourceVersion {
+		t.Fatalf("first: %s %v, want ADDED at %s without a series", got[0].Type, got[0].Object, first.ResourceVersion)
+	}
+	if got[1].Type != "MODIFIED" || got[1].Object.GetSeries().GetCount() != 2 || got[1].Object.GetUid() != first.Uid ||
+		got[1].Object.GetResourceVersion() != second.ResourceVersion {
+		t.Fatalf("second: %s %v, want MODIFIED, %s at %s with a series of 2", got[1].Type, got[1].Object, first.Uid, second.ResourceVersion)
+	}
+}
+
 // metricValue scrapes /metrics for the value of an unlabelled sample.
 func metricValue(t testing.TB, baseURL, name string) float64 {
 	t.Helper()

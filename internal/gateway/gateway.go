@@ -153,6 +153,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Normalizer:  event.Normalizer{Limits: cfg.Events},
 		MaxBatch:    cfg.MaxBatch,
 		WatchBuffer: cfg.WatchBuffer,
+		SendEncoded: true, // the server's codec is decodeGuard
 		Intake:      in,
 		Limits:      lim,
 	}, ejs.NewPublisher(g.paths.emit.js), g.hub, g.store, g.ingest, log, g.tp, service.NewMetrics(g.registry))

@@ -54,7 +54,20 @@ type EventsConfig struct {
 	// Limits, when set, are the emit rate limits and the watch and query
 	// quotas and guardrails.
 	Limits *limits.Limiter
+	// SendEncoded: the server's codec sends an Encoded message's bytes as
+	// they are (internal/gateway's does). StreamWatch then sends each event
+	// as the stream stores it, instead of encoding it again for every
+	// watcher, and the live feed decodes it only for the watchers that
+	// filter on more than subjects.
+	SendEncoded bool
 }
+
+// Encoded is a response already in the protobuf wire format, for a server
+// codec that sends it as it is (EventsConfig.SendEncoded).
+type Encoded []byte
+
+// EncodedMessage returns the bytes to send.
+func (e Encoded) EncodedMessage() []byte { return e }
 
 // Events implements eventgate.v1.EventService.
 type Events struct {

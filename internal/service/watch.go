@@ -42,22 +42,22 @@ func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventga
 	}
 	defer release()
 	o.Ready = func() { _ = stream.SendHeader(metadata.Pairs(event.WatchEstablishedHeader, "true")) }
+	o.Encoded = s.cfg.SendEncoded
 	err = s.watch.Watch(ctx, o, func(it event.WatchItem) error {
-		resp := &eventgatev1.StreamWatchResponse{Type: event.WatchAdded, Object: it.Event}
-		switch {
-		case it.Bookmark:
-			resp.Type = event.WatchBookmark
-			resp.Object = &eventgatev1.Event{ResourceVersion: strconv.FormatUint(it.Seq, 10)}
-			return stream.Send(resp)
-		case it.Event.GetSeries() != nil:
-			resp.Type = event.WatchModified
+		if it.Bookmark {
+			return stream.Send(&eventgatev1.StreamWatchResponse{Type: event.WatchBookmark,
+				Object: &eventgatev1.Event{ResourceVersion: strconv.FormatUint(it.Seq, 10)}})
 		}
 		if it.Trace.IsValid() {
 			_, span := s.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, it.Trace), "eventgate.watch.deliver",
 				trace.WithSpanKind(trace.SpanKindProducer))
 			defer span.End()
 		}
-		return stream.Send(resp)
+		typ := event.WatchTypeOf(it.Event, it.Raw)
+		if s.cfg.SendEncoded && it.Raw != nil {
+			return stream.SendMsg(Encoded(event.EncodeWatchEvent(typ, it.Raw, it.Seq)))
+		}
+		return stream.Send(&eventgatev1.StreamWatchResponse{Type: typ, Object: it.Event})
 	})
 	if err != nil && ctx.Err() != nil {
 		return nil // the client went away

@@ -120,7 +120,7 @@ func (h *Hub) replayBatch(ctx context.Context, cons jetstream.Consumer, o event.
 			continue
 		}
 		ev.ResourceVersion = strconv.FormatUint(seq, 10)
-		if err := send(event.WatchItem{Seq: seq, Event: ev, Stored: meta.Timestamp}); err != nil {
+		if err := send(event.WatchItem{Seq: seq, Event: ev, Raw: msg.Data(), Stored: meta.Timestamp}); err != nil {
 			return cursor, pending, err
 		}
 	}

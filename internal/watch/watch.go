@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 )
@@ -151,18 +153,27 @@ func (h *Hub) dispatch(msg jetstream.Msg) {
 	if len(h.matched) == 0 {
 		return
 	}
-	ev, err := event.Unmarshal(msg.Data())
-	if err != nil {
+	// Decoded once for every watcher that needs it; when none does (each
+	// sends the stored encoding on), only checked.
+	raw := msg.Data()
+	var ev *eventgatev1.Event
+	if slices.ContainsFunc(h.matched, (*watcher).needsEvent) {
+		if ev, err = event.Unmarshal(raw); err != nil {
+			h.metrics.decodeErrors.Inc()
+			h.log.Error("watch feed: undecodable message", "seq", seq, "subject", msg.Subject(), "err", err)
+			return
+		}
+		ev.ResourceVersion = strconv.FormatUint(seq, 10)
+	} else if !event.EncodedWellFormed(raw) {
 		h.metrics.decodeErrors.Inc()
-		h.log.Error("watch feed: undecodable message", "seq", seq, "subject", msg.Subject(), "err", err)
+		h.log.Error("watch feed: undecodable message", "seq", seq, "subject", msg.Subject())
 		return
 	}
-	ev.ResourceVersion = strconv.FormatUint(seq, 10)
 	var sc trace.SpanContext
 	if hc := propagation.HeaderCarrier(msg.Headers()); hc.Get("traceparent") != "" {
 		sc = trace.SpanContextFromContext(propagator.Extract(context.Background(), hc))
 	}
-	it := event.WatchItem{Seq: seq, Event: ev, Trace: sc, Stored: meta.Timestamp, Live: true}
+	it := event.WatchItem{Seq: seq, Event: ev, Raw: raw, Trace: sc, Stored: meta.Timestamp, Live: true}
 	for _, w := range h.matched {
 		if w.dead || seq <= w.lastQueued || (w.match != nil && !w.match(ev)) {
 			continue

@@ -13,6 +13,7 @@ import (
 type watcher struct {
 	subjects   []string
 	match      func(*eventgatev1.Event) bool
+	encoded    bool // sends WatchItem.Raw on (WatchOptions.Encoded)
 	q          queue
 	overflow   chan struct{} // closed by the hub when q overflowed
 	lastQueued uint64
@@ -20,6 +21,10 @@ type watcher struct {
 	nextMark   time.Time
 	dead       bool
 }
+
+// needsEvent reports whether w needs the feed's events decoded: to match
+// them, or to send them.
+func (w *watcher) needsEvent() bool { return !w.encoded || w.match != nil }
 
 // queue is a watcher's bounded buffer. It holds only what is queued: a
 // channel of the bound's capacity per watcher would keep bound × Item of
@@ -88,6 +93,7 @@ func newWatcher(o event.WatchOptions) *watcher {
 	return &watcher{
 		subjects:  o.Subjects,
 		match:     o.Match,
+		encoded:   o.Encoded,
 		q:         newQueue(buf),
 		overflow:  make(chan struct{}),
 		bookmarks: o.Bookmarks,

@@ -1,0 +1,107 @@
+package watch
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/subject"
+)
+
+// The feed decodes an event only for the watchers that need it decoded: a
+// watcher of Encoded items alone gets the stored bytes and no event; beside
+// a watcher that needs the event (or one that matches in process), both
+// get the event decoded once, and the bytes; an undecodable message
+// reaches neither.
+func TestTheFeedDecodesOnlyForWatchersThatNeedTheEvent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, cfg, _ := eventsStream(t)
+	h, err := Start(ctx, js, cfg.Stream, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+
+	typ := "project"
+	watch := func(tenant string, o event.WatchOptions) <-chan event.WatchItem {
+		items := make(chan event.WatchItem, 16)
+		o.Subjects = []string{subject.Filter{TenantType: &typ, TenantName: &tenant}.Subject()}
+		ready := make(chan struct{})
+		o.Ready = func() { close(ready) }
+		go func() {
+			_ = h.Watch(ctx, o, func(it event.WatchItem) error {
+				items <- it
+				return nil
+			})
+		}()
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			t.Fatal("watch not established")
+		}
+		return items
+	}
+	emit := func(tenant, uid string) []byte {
+		t.Helper()
+		ev := &eventgatev1.Event{Uid: uid, Type: "Normal", Reason: "Tested", Labels: map[string]string{"a": "b"},
+			Regarding: &eventgatev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p"},
+			Tenant:    &eventgatev1.Tenant{Type: typ, Name: tenant}}
+		b, err := event.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, event.SubjectOf(ev), b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	next := func(items <-chan event.WatchItem) event.WatchItem {
+		t.Helper()
+		select {
+		case it := <-items:
+			return it
+		case <-ctx.Done():
+			t.Fatal("no event within the test's time")
+			return event.WatchItem{}
+		}
+	}
+
+	alone := watch("a", event.WatchOptions{Encoded: true})
+	raw := emit("a", "a-1")
+	it := next(alone)
+	if it.Event != nil || !bytes.Equal(it.Raw, raw) || it.Seq == 0 {
+		t.Fatalf("encoded watcher alone: event %v, raw %d bytes (want the %d stored), seq %d", it.Event, len(it.Raw), len(raw), it.Seq)
+	}
+
+	encoded := watch("b", event.WatchOptions{Encoded: true})
+	decoded := watch("b", event.WatchOptions{})
+	matching := watch("c", event.WatchOptions{Encoded: true, Match: func(ev *eventgatev1.Event) bool { return ev.GetUid() != "c-skip" }})
+	raw = emit("b", "b-1")
+	for name, items := range map[string]<-chan event.WatchItem{"encoded": encoded, "decoded": decoded} {
+		it := next(items)
+		if it.Event.GetUid() != "b-1" || it.Event.GetResourceVersion() == "" || !bytes.Equal(it.Raw, raw) {
+			t.Fatalf("%s watcher beside one that needs the event: event %v, raw %d bytes", name, it.Event, len(it.Raw))
+		}
+	}
+	emit("c", "c-skip")
+	raw = emit("c", "c-1")
+	if it := next(matching); it.Event.GetUid() != "c-1" || !bytes.Equal(it.Raw, raw) {
+		t.Fatalf("encoded watcher that matches in process: event %v, raw %d bytes", it.Event, len(it.Raw))
+	}
+
+	// Not an event: neither kind of watcher gets it; the next one they do.
+	onA := event.SubjectOf(&eventgatev1.Event{Regarding: &eventgatev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p"},
+		Tenant: &eventgatev1.Tenant{Type: typ, Name: "a"}})
+	if _, err := js.Publish(ctx, onA, []byte{0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	raw = emit("a", "a-2")
+	if it := next(alone); it.Event != nil || !bytes.Equal(it.Raw, raw) {
+		t.Fatalf("after an undecodable message: event %v, raw %d bytes; want a-2's bytes", it.Event, len(it.Raw))
+	}
+}
