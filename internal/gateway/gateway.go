@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fullstorydev/grpchan/inprocgrpc"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/nats-io/nats-server/v2/server"
@@ -95,7 +96,9 @@ type Gateway struct {
 	tls        *tls.Config
 	health     *health.Server
 	inproc     *bufconn.Listener
-	proxy      *grpc.ClientConn
+	proxy      *grpc.ClientConn // the REST gateway's streams, to grpcInproc
+	restUnary  *inprocgrpc.Channel
+	rest       restConn // the REST gateway's connection: restUnary and proxy
 	httpSrv    *http.Server
 	ready      *readiness
 	replica    *replica
@@ -314,20 +317,25 @@ func (g *Gateway) newServers(analytics *service.Analytics) error {
 	})
 	g.health = health.NewServer()
 	guard := newDecodeGuard(cfg.MaxRequestBytes)
-	newServer := func(extra ...grpc.ServerOption) *grpc.Server {
-		opts := append([]grpc.ServerOption{
-			grpc.ForceServerCodecV2(guard),
-			grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)), // the guard refuses over MaxRequestBytes
-			grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(g.tp), otelgrpc.WithPropagators(telemetry.Propagator))),
-			grpc.ChainUnaryInterceptor(g.calls.unary, grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(panicHandler), guard.unary, auth.UnaryServerInterceptor()),
-			grpc.ChainStreamInterceptor(g.calls.stream, grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(panicHandler), guard.stream, auth.StreamServerInterceptor()),
-			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		}, extra...)
-		srv := grpc.NewServer(opts...)
+	unary := []grpc.UnaryServerInterceptor{g.calls.unary, grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(panicHandler), guard.unary, auth.UnaryServerInterceptor()}
+	serverStats := otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(g.tp), otelgrpc.WithPropagators(telemetry.Propagator))
+	register := func(srv grpc.ServiceRegistrar) {
 		eventgatev1.RegisterEventServiceServer(srv, g.events)
 		eventgatev1.RegisterAnalyticsServiceServer(srv, analytics)
 		eventgatev1.RegisterTenantServiceServer(srv, g.tenants)
 		eventgatev1.RegisterRulesServiceServer(srv, g.rules.svc)
+	}
+	newServer := func(extra ...grpc.ServerOption) *grpc.Server {
+		opts := append([]grpc.ServerOption{
+			grpc.ForceServerCodecV2(guard),
+			grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)), // the guard refuses over MaxRequestBytes
+			grpc.StatsHandler(serverStats),
+			grpc.ChainUnaryInterceptor(unary...),
+			grpc.ChainStreamInterceptor(g.calls.stream, grpcMetrics.StreamServerInterceptor(), recovery.StreamServerInterceptor(panicHandler), guard.stream, auth.StreamServerInterceptor()),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		}, extra...)
+		srv := grpc.NewServer(opts...)
+		register(srv)
 		healthpb.RegisterHealthServer(srv, g.health)
 		reflection.Register(srv)
 		grpcMetrics.InitializeMetrics(srv)
@@ -350,6 +358,14 @@ func (g *Gateway) newServers(analytics *service.Analytics) error {
 	// no transport security; callers authenticate with their bearer token,
 	// which the REST gateway forwards.
 	g.grpcInproc = newServer()
+	// The REST gateway's unary calls: in process, through the same
+	// interceptors and stats handler (see restConn).
+	g.restUnary = (&inprocgrpc.Channel{}).
+		WithServerUnaryInterceptor(chainUnary(unary...)).
+		WithServerStatsHandler(serverStats).
+		WithClientStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(g.tp), otelgrpc.WithPropagators(telemetry.Propagator))).
+		WithCloner(copier{})
+	register(g.restUnary)
 	return nil
 }
 
@@ -368,8 +384,9 @@ func (g *Gateway) newReadiness() *readiness {
 }
 
 // newHTTP builds the HTTP server. The REST gateway is a client of the gRPC
-// server over an in-memory connection, so every interceptor runs for REST
-// too and streams work.
+// services through restConn: unary calls in process, streams over an
+// in-memory connection to the in-process gRPC server; every interceptor
+// runs for REST too.
 func (g *Gateway) newHTTP(ctx context.Context) error {
 	g.inproc = bufconn.Listen(1 << 20)
 	var err error
@@ -382,6 +399,7 @@ func (g *Gateway) newHTTP(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rest proxy connection: %w", err)
 	}
+	g.rest = restConn{unary: g.restUnary, stream: g.proxy}
 	handler, err := newHTTPHandler(ctx, g)
 	if err != nil {
 		return err

@@ -186,17 +186,17 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 		runtime.WithDisablePathLengthFallback(),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: &strictJSON{JSONPb: &runtime.JSONPb{}}}),
 	)
-	client := eventgatev1.NewEventServiceClient(g.proxy)
+	client := eventgatev1.NewEventServiceClient(g.rest)
 	if err := eventgatev1.RegisterEventServiceHandlerClient(ctx, gw, client); err != nil {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
-	if err := eventgatev1.RegisterAnalyticsServiceHandlerClient(ctx, gw, eventgatev1.NewAnalyticsServiceClient(g.proxy)); err != nil {
+	if err := eventgatev1.RegisterAnalyticsServiceHandlerClient(ctx, gw, eventgatev1.NewAnalyticsServiceClient(g.rest)); err != nil {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
-	if err := eventgatev1.RegisterTenantServiceHandlerClient(ctx, gw, eventgatev1.NewTenantServiceClient(g.proxy)); err != nil {
+	if err := eventgatev1.RegisterTenantServiceHandlerClient(ctx, gw, eventgatev1.NewTenantServiceClient(g.rest)); err != nil {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
-	if err := eventgatev1.RegisterRulesServiceHandlerClient(ctx, gw, eventgatev1.NewRulesServiceClient(g.proxy)); err != nil {
+	if err := eventgatev1.RegisterRulesServiceHandlerClient(ctx, gw, eventgatev1.NewRulesServiceClient(g.rest)); err != nil {
 		return nil, fmt.Errorf("rules rest gateway: %w", err)
 	}
 	mux := http.NewServeMux()
@@ -223,7 +223,7 @@ func newHTTPHandler(ctx context.Context, g *Gateway) (http.Handler, error) {
 	if err := webhook.Register(mux, webhook.Options{Client: client, Gateway: gw, MaxBatch: g.cfg.MaxBatch, MaxBodyBytes: g.cfg.MaxRequestBytes, MaxNoteBytes: g.cfg.Events.MaxNoteBytes, Flux: g.cfg.Flux, Log: g.log}); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
-	k8sapi.Register(mux, k8sapi.Options{Conn: g.proxy, Auth: g.auth, Config: g.cfg.K8s, Correlate: coreCorrelator(g.cfg), Log: g.log})
+	k8sapi.Register(mux, k8sapi.Options{Conn: g.rest, Auth: g.auth, Config: g.cfg.K8s, Correlate: coreCorrelator(g.cfg), Log: g.log})
 	console.Register(mux)
 	mux.Handle("/", headAsGet(queryFreeEmit(gw)))
 	h := withCORS(limitBody(validURL(mux), int64(g.cfg.MaxRequestBytes)), g.cfg.CORSAllowedOrigins)
