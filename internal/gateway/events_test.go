@@ -34,13 +34,7 @@ func TestEmitWatchRoundTripGRPC(t *testing.T) {
 	tg := startGateway(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	w, err := tg.client.StreamWatch(ctx, &eventgatev1.StreamWatchRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Header(); err != nil { // established before we emit
-		t.Fatal(err)
-	}
+	w := watchEstablished(t, ctx, tg.client, &eventgatev1.StreamWatchRequest{})
 	ev := testEvent("ScaledUp", "Deployment", "default", "nginx")
 	ev.Labels = map[string]string{"app": "nginx"}
 	ev.Metadata = map[string]string{"revision": "42"}
@@ -80,13 +74,7 @@ func TestAWatchSeesASeriesAsModifiedWithItsVersion(t *testing.T) {
 	tg := startGateway(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	w, err := tg.client.StreamWatch(ctx, &eventgatev1.StreamWatchRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Header(); err != nil {
-		t.Fatal(err)
-	}
+	w := watchEstablished(t, ctx, tg.client, &eventgatev1.StreamWatchRequest{})
 	first := emit(t, tg.client, testEvent("BackOff", "Pod", "default", "web-0"))[0]
 	second := emit(t, tg.client, testEvent("BackOff", "Pod", "default", "web-0"))[0]
 	if second.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_SERIES_STARTED {
@@ -425,20 +413,8 @@ func TestSlowWatcherIsolation(t *testing.T) {
 	tg := startGateway(t, func(c *config.Config) { c.WatchBuffer = 256 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	slow, err := tg.client.StreamWatch(ctx, &eventgatev1.StreamWatchRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := slow.Header(); err != nil {
-		t.Fatal(err)
-	}
-	fast, err := tg.client.StreamWatch(ctx, &eventgatev1.StreamWatchRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fast.Header(); err != nil {
-		t.Fatal(err)
-	}
+	slow := watchEstablished(t, ctx, tg.client, &eventgatev1.StreamWatchRequest{})
+	fast := watchEstablished(t, ctx, tg.client, &eventgatev1.StreamWatchRequest{})
 	const total, batch = 3000, 100
 	note := strings.Repeat("x", 1000) // fill the slow client's flow-control window quickly
 	// The emitter is paced by the fast watcher: it never lags more than one
@@ -514,13 +490,7 @@ func TestWatchFilters(t *testing.T) {
 	}
 	streams := make([]grpc.ServerStreamingClient[eventgatev1.StreamWatchResponse], len(watches))
 	for i, w := range watches {
-		s, err := tg.client.StreamWatch(ctx, w.req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Header(); err != nil {
-			t.Fatal(err)
-		}
+		s := watchEstablished(t, ctx, tg.client, w.req)
 		streams[i] = s
 	}
 	ab := &eventgatev1.Tenant{Type: "project", Name: "a.b"}
@@ -640,13 +610,7 @@ func TestTraceContextFlowsToWatchers(t *testing.T) {
 	tg := startGateway(t, nil, WithTracerProvider(tp))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	w, err := tg.client.StreamWatch(ctx, &eventgatev1.StreamWatchRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Header(); err != nil {
-		t.Fatal(err)
-	}
+	w := watchEstablished(t, ctx, tg.client, &eventgatev1.StreamWatchRequest{})
 	// The caller starts a trace and sends it in traceparent.
 	tctx, span := tp.Tracer("test").Start(context.Background(), "client")
 	carrier := propagation.MapCarrier{}

@@ -183,6 +183,20 @@ func mustJSON(t testing.TB, ev *eventgatev1.Event) string {
 	return string(b)
 }
 
+// watchEstablished opens a watch and waits until it is established (its
+// header sent): events emitted after it returns reach it.
+func watchEstablished(t testing.TB, ctx context.Context, c eventgatev1.EventServiceClient, req *eventgatev1.StreamWatchRequest) grpc.ServerStreamingClient[eventgatev1.StreamWatchResponse] {
+	t.Helper()
+	w, err := c.StreamWatch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Header(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 func recvN(t testing.TB, s grpc.ServerStreamingClient[eventgatev1.StreamWatchResponse], n int) []*eventgatev1.StreamWatchResponse {
 	t.Helper()
 	var out []*eventgatev1.StreamWatchResponse

@@ -60,16 +60,7 @@ func TestTheFeedDecodesOnlyForWatchersThatNeedTheEvent(t *testing.T) {
 		}
 		return b
 	}
-	next := func(items <-chan event.WatchItem) event.WatchItem {
-		t.Helper()
-		select {
-		case it := <-items:
-			return it
-		case <-ctx.Done():
-			t.Fatal("no event within the test's time")
-			return event.WatchItem{}
-		}
-	}
+	next := func(items <-chan event.WatchItem) event.WatchItem { return receive(t, ctx, items) }
 
 	alone := watch("a", event.WatchOptions{Encoded: true})
 	raw := emit("a", "a-1")

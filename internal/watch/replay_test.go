@@ -95,16 +95,7 @@ func TestAResumedWatchOfManySubjectsReplaysOnlyTheirEvents(t *testing.T) {
 			}
 		})
 	}()
-	next := func() event.WatchItem {
-		t.Helper()
-		select {
-		case it := <-items:
-			return it
-		case <-ctx.Done():
-			t.Fatal("no event within the test's time")
-			return event.WatchItem{}
-		}
-	}
+	next := func() event.WatchItem { return receive(t, ctx, items) }
 	for _, uid := range want {
 		it := next()
 		if it.Event.GetUid() != uid {
@@ -121,5 +112,17 @@ func TestAResumedWatchOfManySubjectsReplaysOnlyTheirEvents(t *testing.T) {
 		if it := next(); it.Event.GetUid() != uid || !it.Live {
 			t.Fatalf("got %s (live %v), want %s live", it.Event.GetUid(), it.Live, uid)
 		}
+	}
+}
+
+// receive is the next item of a watch that sends to items.
+func receive(t *testing.T, ctx context.Context, items <-chan event.WatchItem) event.WatchItem {
+	t.Helper()
+	select {
+	case it := <-items:
+		return it
+	case <-ctx.Done():
+		t.Fatal("no event within the test's time")
+		return event.WatchItem{}
 	}
 }
