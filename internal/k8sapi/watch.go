@@ -52,7 +52,7 @@ func (a *API) watch(ctx context.Context, w http.ResponseWriter, r *http.Request,
 	defer cancel()
 	stream, err := a.startWatch(ctx, a.watchRequest(rq, o, from))
 	if err != nil {
-		writeStatus(w, fromGRPC(err, rq, "", nil))
+		writeStatus(w, watchStartStatus(err, rq))
 		return
 	}
 
@@ -251,4 +251,18 @@ func (ww *watchWriter) bookmark(rv string, initialEnd bool) error {
 
 func (ww *watchWriter) errorEvent(st *statusError) {
 	_ = ww.write(watchEvent{Type: "ERROR", Object: st.s})
+}
+
+// watchStartStatus is the answer to a watch that did not start because of
+// err. A gateway shutting down (Unavailable) answers 429 with Retry-After,
+// as kube-apiserver does while it shuts down: client-go's reflector then
+// watches again from the same resourceVersion, where on a 503 it would
+// list (or ask for the initial events) again.
+func watchStartStatus(err error, rq request) *statusError {
+	if status.Code(err) == codes.Unavailable {
+		st := newStatus(http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, "the gateway is shutting down; watch again: "+status.Convert(err).Message())
+		st.s.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}
+		return st
+	}
+	return fromGRPC(err, rq, "", nil)
 }

@@ -3,6 +3,7 @@ package watch
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -94,5 +95,26 @@ func TestTheFeedDecodesOnlyForWatchersThatNeedTheEvent(t *testing.T) {
 	raw = emit("a", "a-2")
 	if it := next(alone); it.Event != nil || !bytes.Equal(it.Raw, raw) {
 		t.Fatalf("after an undecodable message: event %v, raw %d bytes; want a-2's bytes", it.Event, len(it.Raw))
+	}
+}
+
+// A stopped feed refuses a watch before it is established (Ready is not
+// called), so that the client tries again instead of taking a watch that
+// ends at once.
+func TestAStoppedFeedRefusesAWatchBeforeItIsEstablished(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, cfg, _ := eventsStream(t)
+	h, err := Start(ctx, js, cfg.Stream, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Stop()
+	typ, name := "project", "a"
+	ready := false
+	err = h.Watch(ctx, event.WatchOptions{Subjects: []string{subject.Filter{TenantType: &typ, TenantName: &name}.Subject()}, Ready: func() { ready = true }},
+		func(event.WatchItem) error { return nil })
+	if !errors.Is(err, event.ErrWatchStopped) || ready {
+		t.Fatalf("watch of a stopped feed: %v, established %v; want ErrWatchStopped before it is established", err, ready)
 	}
 }

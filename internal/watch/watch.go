@@ -258,6 +258,15 @@ func (h *Hub) Watch(ctx context.Context, o event.WatchOptions, send func(event.W
 		if err != nil {
 			return err
 		}
+		select {
+		case <-h.done:
+			// A stopped feed refuses the watch before it is established,
+			// so that a client tries again elsewhere instead of taking a
+			// watch that ends at once for one that ended on its own.
+			h.unregister(w)
+			return event.ErrWatchStopped
+		default:
+		}
 		if !resumed {
 			cursor, resumed = head, true
 		}
