@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/subject"
@@ -19,13 +21,7 @@ import (
 // get the event decoded once, and the bytes; an undecodable message
 // reaches neither.
 func TestTheFeedDecodesOnlyForWatchersThatNeedTheEvent(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	js, cfg, _ := eventsStream(t)
-	h, err := Start(ctx, js, cfg.Stream, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, js, h := startHub(t)
 	t.Cleanup(h.Stop)
 
 	typ := "project"
@@ -102,19 +98,27 @@ func TestTheFeedDecodesOnlyForWatchersThatNeedTheEvent(t *testing.T) {
 // called), so that the client tries again instead of taking a watch that
 // ends at once.
 func TestAStoppedFeedRefusesAWatchBeforeItIsEstablished(t *testing.T) {
+	ctx, _, h := startHub(t)
+	h.Stop()
+	typ, name := "project", "a"
+	ready := false
+	err := h.Watch(ctx, event.WatchOptions{Subjects: []string{subject.Filter{TenantType: &typ, TenantName: &name}.Subject()}, Ready: func() { ready = true }},
+		func(event.WatchItem) error { return nil })
+	if !errors.Is(err, event.ErrWatchStopped) || ready {
+		t.Fatalf("watch of a stopped feed: %v, established %v; want ErrWatchStopped before it is established", err, ready)
+	}
+}
+
+// startHub starts a live feed of an events stream on a server of its own,
+// and a context for the test.
+func startHub(t *testing.T) (context.Context, jetstream.JetStream, *Hub) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	js, cfg, _ := eventsStream(t)
 	h, err := Start(ctx, js, cfg.Stream, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Stop()
-	typ, name := "project", "a"
-	ready := false
-	err = h.Watch(ctx, event.WatchOptions{Subjects: []string{subject.Filter{TenantType: &typ, TenantName: &name}.Subject()}, Ready: func() { ready = true }},
-		func(event.WatchItem) error { return nil })
-	if !errors.Is(err, event.ErrWatchStopped) || ready {
-		t.Fatalf("watch of a stopped feed: %v, established %v; want ErrWatchStopped before it is established", err, ready)
-	}
+	return ctx, js, h
 }
