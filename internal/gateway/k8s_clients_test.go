@@ -656,26 +656,25 @@ func TestK8sKubectl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rv string
 	for i, r := range []string{"Scheduled", "Pulled", "BackOff"} {
 		e := k8sEvent("web", fmt.Sprintf("api-%d.ev", i), r, "api-"+strconv.Itoa(i))
 		e.Note = "kubectl sees " + r
 		if r == "BackOff" {
 			e.Type = "Warning"
 		}
-		out, err := cs.EventsV1().Events("web").Create(ctx, e, metav1.CreateOptions{})
-		if err != nil {
+		if _, err := cs.EventsV1().Events("web").Create(ctx, e, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		rv = out.ResourceVersion
 	}
-	if _, err := cs.CoreV1().Events("db").Create(ctx, &corev1.Event{
+	db, err := cs.CoreV1().Events("db").Create(ctx, &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{Name: "db-0.ev"}, InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "db", Name: "db-0"},
 		Reason: "Killing", Message: "stopping container", Type: "Normal", Source: corev1.EventSource{Component: "kubelet"},
-	}, metav1.CreateOptions{}); err != nil {
+	}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	k8sWaitRV(t, tg, rv)
+	// The db event is the last written, so once it is queryable all are.
+	k8sWaitRV(t, tg, db.ResourceVersion)
 
 	out := k.run(t, ctx, "get", "events")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
