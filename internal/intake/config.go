@@ -80,9 +80,10 @@ func DefaultConfig() Config {
 }
 
 // withDefaults fills every zero field from DefaultConfig.
-// ReplayWindow is how long the events stream must remember a write's id so
-// that the writes a new owner replays after a takeover are stored once: a
-// checkpoint interval plus a takeover.
+// ReplayWindow is how long the events stream should remember a write's id:
+// a checkpoint interval plus a takeover. A new owner does not publish the
+// replayed writes it finds stored (partition_replay.go); the window covers
+// those a deposed owner still had in flight.
 func (c Config) ReplayWindow() time.Duration {
 	c = c.withDefaults()
 	return c.CheckpointInterval + 3*c.PinnedTTL + 10*time.Second

@@ -80,8 +80,18 @@ func connect(t testing.TB, ns *server.Server, url, name string) (*nats.Conn, jet
 // ensureEvents creates the events stream.
 func ensureEvents(t testing.TB, js jetstream.JetStream, replicas int) {
 	t.Helper()
+	ensureEventsWindow(t, js, replicas, 0)
+}
+
+// ensureEventsWindow creates the events stream with a duplicate window of
+// window (0: the default).
+func ensureEventsWindow(t testing.TB, js jetstream.JetStream, replicas int, window time.Duration) {
+	t.Helper()
 	cfg := ejs.DefaultConfig()
 	cfg.Replicas = replicas
+	if window > 0 {
+		cfg.Duplicates = window
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := ejs.EnsureStream(ctx, js, cfg); err != nil {
@@ -98,11 +108,24 @@ func startReplica(t testing.TB, ns *server.Server, url, name string, cfg Config)
 
 func startReplicaChunked(t testing.TB, ns *server.Server, url, name string, cfg Config, chunk int) *replica {
 	t.Helper()
+	return startReplicaWith(t, ns, url, name, cfg, replicaOptions{chunk: chunk})
+}
+
+// replicaOptions are the less common settings of a test replica.
+type replicaOptions struct {
+	// chunk forces the checkpoint chunk size (0: derived).
+	chunk int
+	// eventsWindow is the events stream's duplicate window (0: default).
+	eventsWindow time.Duration
+}
+
+func startReplicaWith(t testing.TB, ns *server.Server, url, name string, cfg Config, o replicaOptions) *replica {
+	t.Helper()
 	nc, js := connect(t, ns, url, name)
-	ensureEvents(t, js, cfg.Replicas)
+	ensureEventsWindow(t, js, cfg.Replicas, o.eventsWindow)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	in, err := start(ctx, nc, js, cfg, testLogger(name), nil, chunk)
+	in, err := start(ctx, nc, js, cfg, testLogger(name), nil, o.chunk)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,9 @@ type Stats struct {
 	Folded uint64
 	// Duplicates: log entries an owner skipped as already folded.
 	Duplicates uint64
+	// ReplayedStored: writes a new owner replayed and found already in the
+	// events stream, so did not publish again.
+	ReplayedStored uint64
 	// EvictedSingletons: singletons forgotten early at the memory budget.
 	EvictedSingletons uint64
 	// FirstReads: first occurrences read back from the log to start a
@@ -112,12 +115,15 @@ type Intake struct {
 	batchBytes int
 	stream     jetstream.Stream
 	events     jetstream.Stream
-	parts      []*partition
-	inbox      string
-	sub        *nats.Subscription
-	msub       *nats.Subscription
-	members    *members
-	waitMax    time.Duration // longest pull request
+	// eventsSeq is the highest events-stream sequence this replica knows
+	// stored (acknowledged, or the stream's last at a takeover).
+	eventsSeq atomic.Uint64
+	parts     []*partition
+	inbox     string
+	sub       *nats.Subscription
+	msub      *nats.Subscription
+	members   *members
+	waitMax   time.Duration // longest pull request
 	// beforeSave, when set (tests), runs in a checkpoint's writer before
 	// it stores the checkpoint of partition p.
 	beforeSave atomic.Pointer[func(p int)]

@@ -23,6 +23,7 @@ type metrics struct {
 	reads       prometheus.Counter
 	collisions  prometheus.Counter
 	takeovers   prometheus.Counter
+	replayed    prometheus.Counter
 	resyncs     *prometheus.CounterVec
 	ticks       prometheus.Counter
 	checkpoint  prometheus.Histogram
@@ -44,6 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reads:       prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_first_occurrence_reads_total", Help: "First occurrences read back from the intake log to start a series (no longer in the ring of recent ones)."}),
 		collisions:  prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_key_hash_collisions_total", Help: "Tracked singletons forgotten because another key had the same 128-bit hash."}),
 		takeovers:   prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_takeovers_total", Help: "Partitions this replica took over (restored from their checkpoint)."}),
+		replayed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_replayed_stored_total", Help: "Writes replayed after a takeover that the events stream already held, so were not published again."}),
 		resyncs:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_series_resyncs_total", Help: "Times an owner rewound its partition's consumer or restored its checkpoint, by cause."}, []string{"cause"}),
 		ticks:       prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_ticks_total", Help: "Tick entries this replica put in the intake log."}),
 		checkpoint:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eventgate_series_checkpoint_duration_seconds", Help: "Time to checkpoint a partition: wait for its writes, store its snapshot.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
@@ -58,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.writes.WithLabelValues(wire.ReasonClient)
 	if reg != nil {
 		reg.MustRegister(m.active, m.tracked, m.owned, m.occurrences, m.folded, m.saved, m.writes, m.evicted,
-			m.bytes, m.reads, m.collisions, m.takeovers, m.resyncs, m.ticks, m.checkpoint, m.submitted, m.stage)
+			m.bytes, m.reads, m.collisions, m.takeovers, m.replayed, m.resyncs, m.ticks, m.checkpoint, m.submitted, m.stage)
 	}
 	return m
 }

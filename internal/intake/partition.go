@@ -61,6 +61,9 @@ type partition struct {
 	sinceCkpt int
 	pipe      *pipeline
 	ckpt      *ckptJob // the checkpoint being written, if any
+	// stored is which writes the events stream held when this owner took
+	// over, until the replay passes the entries logged before (nil: none).
+	stored    *storedWrites
 	lastStats series.Stats
 	// chain: the last delivery was a first delivery with consumer sequence
 	// chainDseq, already handled; the next one, if it has consumer sequence

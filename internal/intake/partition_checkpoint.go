@@ -50,6 +50,9 @@ func (pt *partition) startCheckpoint(ctx context.Context) error {
 	// Incremental: the singletons created since the previous checkpoint,
 	// the series, and which earlier segments still count.
 	issued := pt.pipe.issued
+	// Every write after the snapshot is stored after what is known stored
+	// now; the previous head's bound holds too.
+	eventsSeq := max(pt.in.eventsSeq.Load(), pt.head.eventsSeq)
 	cp, err := pt.agg.Checkpoint()
 	if err != nil {
 		return err
@@ -71,7 +74,7 @@ func (pt *partition) startCheckpoint(ctx context.Context) error {
 		if f := pt.in.beforeSave.Load(); f != nil {
 			(*f)(pt.p)
 		}
-		h, r, err := pt.in.store.save(jctx, pt.p, cp, prev, pos, seq, pin, rev)
+		h, r, err := pt.in.store.save(jctx, pt.p, cp, prev, pos, seq, eventsSeq, pin, rev)
 		if err != nil {
 			job.err = err
 			return

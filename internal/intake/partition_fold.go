@@ -320,6 +320,15 @@ func (pt *partition) publish(ws []series.Write, hdr nats.Header, own int, dec it
 // data is its encoding when at hand (nil: encode it). trace, when not nil,
 // is the headers of the intake entry whose trace context it carries on.
 func (pt *partition) publishEvent(ev *eventgatev1.Event, data []byte, reason string, minutes []wire.Minute, id string, trace nats.Header) (jetstream.PubAckFuture, error) {
+	if pt.stored != nil {
+		if pt.seq > pt.stored.until {
+			pt.stored = nil
+		} else if seq, ok := pt.stored.lookup(id); ok {
+			pt.in.m.replayed.Inc()
+			pt.in.addStats(func(s *Stats) { s.ReplayedStored++ })
+			return newStoredAck(pt.in.cfg.EventsStream, seq), nil
+		}
+	}
 	w := wire.Write{Event: ev, Data: data, ID: id, Reason: reason, Minutes: minutes}
 	if trace != nil {
 		w.Trace = propagator.Extract(context.Background(), propagation.HeaderCarrier(trace))

@@ -29,11 +29,18 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 		}
 		var agg *series.Aggregator
 		if snap == nil {
+			// Nothing of the partition was written before: its writes
+			// come after the events stream's last message.
+			var last uint64
+			if last, err = pt.in.eventsLast(ctx); err != nil {
+				pt.log.Warn("takeover: read the events stream", "err", err)
+				continue
+			}
 			agg, err = series.New(pt.in.cfg.Series)
 			if err == nil {
 				snap, err = agg.Snapshot()
 			}
-			h = head{inline: snap}
+			h = head{inline: snap, eventsSeq: last, hasEventsSeq: true}
 			h.size, h.crc = uint64(len(snap)), crcOf(snap)
 		} else {
 			agg, err = series.RestoreCheckpoint(pt.in.cfg.Series, snap, func(id uint64) ([]byte, error) {
@@ -51,14 +58,22 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 			pt.log.Debug("takeover: claim checkpoint", "err", err)
 			continue
 		}
+		var stored *storedWrites
+		if snap != nil && h.hasEventsSeq {
+			if stored, err = pt.in.scanStoredWrites(ctx, h.eventsSeq); err != nil {
+				pt.log.Warn("takeover: read the writes stored since the checkpoint", "err", err)
+				continue
+			}
+		}
 		if _, err := pt.in.stream.ResetConsumerToSequence(ctx, consumerName(pt.p), h.logSeq+1); err != nil {
 			pt.log.Warn("takeover: rewind consumer", "err", err)
 			continue
 		}
 
 		pt.pin, pt.agg, pt.rev, pt.head, pt.seq = pin, agg, newRev, h, h.logSeq
+		pt.stored = stored
 		pt.ckptPos, pt.ckptAt, pt.sinceCkpt = agg.Position(), time.Now(), 0
-		pt.pipe = newPipeline(pt.in.nc, pt.in.deliverLocal, pt.in.m.stage.WithLabelValues("write"))
+		pt.pipe = newPipeline(pt.in.nc, pt.in.deliverLocal, pt.in.m.stage.WithLabelValues("write"), pt.in.noteEventsSeq)
 		pt.lastStats = series.Stats{}
 		pt.chainOK, pt.tickInFlight = false, false
 		pt.owned.Store(true)
@@ -87,6 +102,7 @@ func (pt *partition) drop() {
 	// off by the compare-and-set when someone claimed the head meanwhile.
 	pt.pipe, pt.agg, pt.pin, pt.ckpt = nil, nil, "", nil
 	pt.readSeq, pt.readRaws = 0, nil
+	pt.stored = nil
 	pt.owned.Store(false)
 	pt.in.members.owned.Add(-1)
 	pt.in.m.owned.Dec()

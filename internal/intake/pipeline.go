@@ -19,8 +19,10 @@ type pipeline struct {
 	local func(reply string, data []byte) bool
 	// written observes the time from a write's issue to its acknowledgement.
 	written prometheus.Observer
-	items   chan item
-	done    chan struct{}
+	// stored, when not nil, is told the sequence of each acknowledged write.
+	stored func(seq uint64)
+	items  chan item
+	done   chan struct{}
 
 	issued uint64 // publishes handed over; the owner's goroutine only
 
@@ -49,11 +51,12 @@ const maxDecisionBytes = 32 << 10
 
 // newPipeline starts a pipeline; local delivers the decisions of this
 // replica's own Submits in process (false: not one of them).
-func newPipeline(nc *nats.Conn, local func(reply string, data []byte) bool, written prometheus.Observer) *pipeline {
+func newPipeline(nc *nats.Conn, local func(reply string, data []byte) bool, written prometheus.Observer, stored func(seq uint64)) *pipeline {
 	p := &pipeline{
 		nc:       nc,
 		local:    local,
 		written:  written,
+		stored:   stored,
 		items:    make(chan item, 4096),
 		done:     make(chan struct{}),
 		progress: make(chan struct{}),
@@ -169,6 +172,9 @@ func (p *pipeline) run() {
 				it.hasDec = false // the write is not stored: no decision
 			} else {
 				it.dec.rv = ack.Sequence
+				if p.stored != nil {
+					p.stored(ack.Sequence)
+				}
 			}
 		}
 		if it.hasDec && it.reply != "" {

@@ -81,10 +81,15 @@ type segRef struct {
 type head struct {
 	position uint64
 	logSeq   uint64
-	owner    string
-	inline   []byte
-	blob     // of the head snapshot, when gen is set
-	segments []segRef
+	// eventsSeq (when hasEventsSeq) is a sequence of the events stream
+	// before any write of the entries after logSeq: a new owner reads the
+	// writes stored after it (see partition_replay.go).
+	eventsSeq    uint64
+	hasEventsSeq bool
+	owner        string
+	inline       []byte
+	blob         // of the head snapshot, when gen is set
+	segments     []segRef
 }
 
 const (
@@ -93,6 +98,7 @@ const (
 	hInline   protowire.Number = 3
 	hSegment  protowire.Number = 9
 	hLogSeq   protowire.Number = 10
+	hEvents   protowire.Number = 11
 	sID       protowire.Number = 1
 
 	// A blob's fields, in a head and in a segment alike.
@@ -113,6 +119,10 @@ func (h head) marshal() []byte {
 	b = protowire.AppendString(b, h.owner)
 	b = protowire.AppendTag(b, hLogSeq, protowire.VarintType)
 	b = protowire.AppendVarint(b, h.logSeq)
+	if h.hasEventsSeq {
+		b = protowire.AppendTag(b, hEvents, protowire.VarintType)
+		b = protowire.AppendVarint(b, h.eventsSeq)
+	}
 	if h.gen == "" {
 		b = protowire.AppendTag(b, hInline, protowire.BytesType)
 		b = protowire.AppendBytes(b, h.inline)
@@ -203,6 +213,8 @@ func unmarshalHead(b []byte) (head, error) {
 			h.position = v
 		case hLogSeq:
 			h.logSeq, hasLogSeq = v, true
+		case hEvents:
+			h.eventsSeq, h.hasEventsSeq = v, true
 		case hOwner:
 			h.owner = string(s)
 		case hInline:
@@ -362,9 +374,9 @@ func (s *store) putHead(ctx context.Context, p int, h head, rev uint64) (uint64,
 // head, compare-and-set on rev. prev is the head cp follows: the segments
 // of prev that cp still needs are carried over. It returns the new head and
 // revision.
-func (s *store) save(ctx context.Context, p int, cp series.Checkpoint, prev head, pos, logSeq uint64, owner string, rev uint64) (head, uint64, error) {
+func (s *store) save(ctx context.Context, p int, cp series.Checkpoint, prev head, pos, logSeq, eventsSeq uint64, owner string, rev uint64) (head, uint64, error) {
 	snap := cp.Head
-	h := head{position: pos, logSeq: logSeq, owner: owner}
+	h := head{position: pos, logSeq: logSeq, eventsSeq: eventsSeq, hasEventsSeq: true, owner: owner}
 	for _, id := range cp.Live {
 		if cp.Segment != nil && id == cp.Segment.ID {
 			b, err := s.writeBlob(ctx, p, cp.Segment.Data)

@@ -65,7 +65,7 @@ func TestStore(t *testing.T) {
 		t.Fatalf("empty partition: %v %d %v", snap, rev, err)
 	}
 	// A chunked head snapshot and a 2-chunk segment.
-	h1, rev1, err := s.save(ctx, 1, series.Checkpoint{Head: big, Segment: seg(5, 100), Live: []uint64{5}}, head{}, position(10, 1), 10, "owner-a", 0)
+	h1, rev1, err := s.save(ctx, 1, series.Checkpoint{Head: big, Segment: seg(5, 100), Live: []uint64{5}}, head{}, position(10, 1), 10, 7, "owner-a", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestStore(t *testing.T) {
 		t.Fatalf("head %+v, want 5 chunks and one segment of 2", h1)
 	}
 	snap, h, rev, err := s.load(ctx, 1)
-	if err != nil || !bytes.Equal(snap, big) || rev != rev1 || h.position != position(10, 1) || h.logSeq != 10 || h.owner != "owner-a" {
+	if err != nil || !bytes.Equal(snap, big) || rev != rev1 || h.position != position(10, 1) || h.logSeq != 10 || h.eventsSeq != 7 || !h.hasEventsSeq || h.owner != "owner-a" {
 		t.Fatalf("load: %q %+v %d %v", snap, h, rev, err)
 	}
 	if b, err := s.segment(ctx, 1, h, 5); err != nil || !bytes.Equal(b, seg(5, 100).Data) {
@@ -90,7 +90,7 @@ func TestStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.save(ctx, 1, series.Checkpoint{Head: big, Segment: seg(9, 10), Live: []uint64{5, 9}}, h1, position(20, 1), 20, "owner-a", rev1); !errors.Is(err, ErrFenced) {
+	if _, _, err := s.save(ctx, 1, series.Checkpoint{Head: big, Segment: seg(9, 10), Live: []uint64{5, 9}}, h1, position(20, 1), 20, 7, "owner-a", rev1); !errors.Is(err, ErrFenced) {
 		t.Fatalf("stale checkpoint: %v, want ErrFenced", err)
 	}
 	if n := len(chunkKeys(t, s)); n != 13 {
@@ -105,7 +105,7 @@ func TestStore(t *testing.T) {
 
 	// The next checkpoint: an inline head, segment 5 carried over, a new
 	// segment 9; the old head snapshot is garbage.
-	h3, rev3, err := s.save(ctx, 1, series.Checkpoint{Head: small, Segment: seg(9, 10), Live: []uint64{5, 9}}, h, position(30, 1), 30, "owner-b", rev2)
+	h3, rev3, err := s.save(ctx, 1, series.Checkpoint{Head: small, Segment: seg(9, 10), Live: []uint64{5, 9}}, h, position(30, 1), 30, 7, "owner-b", rev2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestStore(t *testing.T) {
 		}
 	}
 	// Segment 5 is no longer needed.
-	h4, _, err := s.save(ctx, 1, series.Checkpoint{Head: small, Live: []uint64{9}}, h3, position(40, 1), 40, "owner-b", rev3)
+	h4, _, err := s.save(ctx, 1, series.Checkpoint{Head: small, Live: []uint64{9}}, h3, position(40, 1), 40, 7, "owner-b", rev3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,12 +142,12 @@ func TestStore(t *testing.T) {
 		t.Fatalf("%d chunks, want 1 (segment 9)", n)
 	}
 	// A checkpoint naming a segment its previous head does not have is a bug.
-	if _, _, err := s.save(ctx, 1, series.Checkpoint{Head: small, Live: []uint64{5}}, h4, position(50, 1), 50, "owner-b", 0); !errors.Is(err, ErrCorruptCheckpoint) {
+	if _, _, err := s.save(ctx, 1, series.Checkpoint{Head: small, Live: []uint64{5}}, h4, position(50, 1), 50, 7, "owner-b", 0); !errors.Is(err, ErrCorruptCheckpoint) {
 		t.Fatalf("unknown segment: %v", err)
 	}
 
 	// A head naming purged chunks reads as fenced (a newer head replaced it).
-	h5, _, err := s.save(ctx, 2, series.Checkpoint{Head: big}, head{}, position(1, 1), 1, "x", 0)
+	h5, _, err := s.save(ctx, 2, series.Checkpoint{Head: big}, head{}, position(1, 1), 1, 7, "x", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
