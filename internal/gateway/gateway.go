@@ -271,7 +271,7 @@ func (g *Gateway) startStore(ctx context.Context) error {
 func eventsStreamConfig(cfg config.Config) ejs.Config {
 	c := cfg.NATS
 	if cfg.Series {
-		c.Duplicates = min(c.Duplicates, cfg.Intake.ReplayWindow()+15*time.Second)
+		c.Duplicates = min(c.Duplicates, cfg.Intake.ReplayWindow())
 	}
 	return c
 }

@@ -80,13 +80,14 @@ func DefaultConfig() Config {
 }
 
 // withDefaults fills every zero field from DefaultConfig.
-// ReplayWindow is how long the events stream should remember a write's id:
-// a checkpoint interval plus a takeover. A new owner does not publish the
-// replayed writes it finds stored (partition_replay.go); the window covers
-// those a deposed owner still had in flight.
+// ReplayWindow is how long the events stream should remember a write's id.
+// A new owner does not publish the replayed writes it finds stored
+// (partition_replay.go), so the window only covers the writes a deposed
+// owner still had in flight when its successor read the stream: it lost
+// its pin after PinnedTTL without a pull and ends its batch at the next.
 func (c Config) ReplayWindow() time.Duration {
 	c = c.withDefaults()
-	return c.CheckpointInterval + 3*c.PinnedTTL + 10*time.Second
+	return 3*c.PinnedTTL + 5*time.Second
 }
 
 func (c Config) withDefaults() Config {

@@ -254,7 +254,7 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 		return nil, nil, nil, fmt.Errorf("events stream %s: %w", cfg.EventsStream, err)
 	}
 	if need := cfg.ReplayWindow(); es.CachedInfo().Config.Duplicates < need {
-		log.Warn("the events stream's duplicate window is shorter than a checkpoint interval plus a takeover: writes replayed after a takeover may be stored twice",
+		log.Warn("the events stream's duplicate window is shorter than a takeover: the writes a deposed owner still has in flight may be stored twice",
 			"stream", cfg.EventsStream, "duplicates", es.CachedInfo().Config.Duplicates, "want", need)
 	}
 	kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
