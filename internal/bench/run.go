@@ -426,8 +426,10 @@ func (r *runner) warmup(ctx context.Context, g *Gateway, floor uint64) error {
 	return nil
 }
 
-// throughput runs the sustained emit runs and returns the median accepted
-// EmitStream rate.
+// throughput runs the sustained emit runs and returns the median end-to-end
+// EmitStream rate: what the gateway sustains, the latency phase's 100%.
+// (The accepted rate is higher by the backlog the ingest drains after the
+// last acknowledgement.)
 func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) float64 {
 	sc := r.cfg.Scale
 	lower := min(base.publish, base.insert)
@@ -501,7 +503,7 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 		var goal *Goal
 		if mode == ModeStream {
 			goal = AtLeast(0.5) // issue 16
-			streamRate = Median(acc)
+			streamRate = Median(e2e)
 		}
 		r.rep.Add(SecEmit, name+" efficiency", "ratio", eff, goal, fmt.Sprintf("end to end ÷ lower raw ingest baseline (%s/s)", formatValue(lower)))
 		if len(ofFloor) > 0 {
@@ -598,7 +600,7 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 			i+1, Percentile(nl, 0.99), Percentile(l.StreamAck, 0.99), Percentile(l.UnaryAck, 0.99), Percentile(l.Watch, 0.5), Percentile(l.Watch, 0.99),
 			Percentile(l.Queryable, 0.5), Percentile(l.Queryable, 0.99), len(l.Queryable), notes[i])
 	}
-	load := fmt.Sprintf("%s events/s offered (50%% of the EmitStream accepted rate) through EmitStream, a batch every %v, %v per run", thousands(int64(rate)), Tick, sc.LatencyDuration)
+	load := fmt.Sprintf("%s events/s offered (50%% of the EmitStream end-to-end rate) through EmitStream, a batch every %v, %v per run", thousands(int64(rate)), Tick, sc.LatencyDuration)
 	r.rep.Add(SecBaseline, "plain NATS fan-out p50", "ms", nats50, nil, fmt.Sprintf("%d subscriptions on 10 connections to the gateway's own server, at the latency phase's rate, 600-byte messages", sc.Watchers))
 	r.rep.Add(SecBaseline, "plain NATS fan-out p99", "ms", nats99, nil, "")
 	r.rep.Add(SecBaseline, "write path floor: ack p99 at the latency phase's rate", "ms", fa99, nil,
