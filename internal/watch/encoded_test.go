@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,10 +17,10 @@ import (
 )
 
 // The feed decodes an event only for the watchers that need it decoded: a
-// watcher of Encoded items alone gets the stored bytes and no event; beside
-// a watcher that needs the event (or one that matches in process), both
-// get the event decoded once, and the bytes; an undecodable message
-// reaches neither.
+// watcher of Encoded items gets the stored bytes and no event, also beside
+// a watcher that needs the event, which decodes it on its own goroutine;
+// one that matches in process gets it decoded by the hub, and the bytes;
+// an undecodable message reaches neither.
 func TestTheFeedDecodesOnlyForWatchersThatNeedTheEvent(t *testing.T) {
 	ctx, js, h := startHub(t)
 	t.Cleanup(h.Stop)
@@ -70,11 +71,13 @@ func TestTheFeedDecodesOnlyForWatchersThatNeedTheEvent(t *testing.T) {
 	decoded := watch("b", event.WatchOptions{})
 	matching := watch("c", event.WatchOptions{Encoded: true, Match: func(ev *eventgatev1.Event) bool { return ev.GetUid() != "c-skip" }})
 	raw = emit("b", "b-1")
-	for name, items := range map[string]<-chan event.WatchItem{"encoded": encoded, "decoded": decoded} {
-		it := next(items)
-		if it.Event.GetUid() != "b-1" || it.Event.GetResourceVersion() == "" || !bytes.Equal(it.Raw, raw) {
-			t.Fatalf("%s watcher beside one that needs the event: event %v, raw %d bytes", name, it.Event, len(it.Raw))
-		}
+	// The watcher that needs the event decodes it itself; the encoded one
+	// beside it still gets only the stored bytes.
+	if it := next(decoded); it.Event.GetUid() != "b-1" || it.Event.GetResourceVersion() != strconv.FormatUint(it.Seq, 10) || !bytes.Equal(it.Raw, raw) {
+		t.Fatalf("watcher that needs the event: event %v, seq %d, raw %d bytes", it.Event, it.Seq, len(it.Raw))
+	}
+	if it := next(encoded); it.Event != nil || !bytes.Equal(it.Raw, raw) {
+		t.Fatalf("encoded watcher beside one that needs the event: event %v, raw %d bytes", it.Event, len(it.Raw))
 	}
 	emit("c", "c-skip")
 	raw = emit("c", "c-1")
@@ -91,6 +94,15 @@ func TestTheFeedDecodesOnlyForWatchersThatNeedTheEvent(t *testing.T) {
 	raw = emit("a", "a-2")
 	if it := next(alone); it.Event != nil || !bytes.Equal(it.Raw, raw) {
 		t.Fatalf("after an undecodable message: event %v, raw %d bytes; want a-2's bytes", it.Event, len(it.Raw))
+	}
+	onB := event.SubjectOf(&eventgatev1.Event{Regarding: &eventgatev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p"},
+		Tenant: &eventgatev1.Tenant{Type: typ, Name: "b"}})
+	if _, err := js.Publish(ctx, onB, []byte{0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	emit("b", "b-2")
+	if it := next(decoded); it.Event.GetUid() != "b-2" {
+		t.Fatalf("watcher that needs the event, after an undecodable message: event %v; want b-2", it.Event)
 	}
 }
 

@@ -153,11 +153,13 @@ func (h *Hub) dispatch(msg jetstream.Msg) {
 	if len(h.matched) == 0 {
 		return
 	}
-	// Decoded once for every watcher that needs it; when none does (each
-	// sends the stored encoding on), only checked.
+	// Decoded here, once for all, only when a watcher filters in process;
+	// otherwise only checked, and a watcher that needs the event decodes
+	// it on its own goroutine (Watch), not under the hub's lock and ahead
+	// of every other watcher's delivery.
 	raw := msg.Data()
 	var ev *eventgatev1.Event
-	if slices.ContainsFunc(h.matched, (*watcher).needsEvent) {
+	if slices.ContainsFunc(h.matched, (*watcher).filters) {
 		if ev, err = event.Unmarshal(raw); err != nil {
 			h.metrics.decodeErrors.Inc()
 			h.log.Error("watch feed: undecodable message", "seq", seq, "subject", msg.Subject(), "err", err)
@@ -304,6 +306,16 @@ func (h *Hub) Watch(ctx context.Context, o event.WatchOptions, send func(event.W
 					it.Seq = max(it.Seq, cursor)
 				} else if it.Seq <= cursor {
 					continue
+				} else if it.Event == nil && w.needsEvent() {
+					ev, err := event.Unmarshal(it.Raw)
+					if err != nil {
+						h.metrics.decodeErrors.Inc()
+						h.log.Error("watch feed: undecodable message", "seq", it.Seq, "err", err)
+						cursor = it.Seq
+						continue
+					}
+					ev.ResourceVersion = strconv.FormatUint(it.Seq, 10)
+					it.Event = ev
 				}
 				if err := send(it); err != nil {
 					return err

@@ -26,6 +26,10 @@ type watcher struct {
 // them, or to send them.
 func (w *watcher) needsEvent() bool { return !w.encoded || w.match != nil }
 
+// filters reports whether w matches the feed's events in process: the hub
+// decodes them for it before queueing.
+func (w *watcher) filters() bool { return w.match != nil }
+
 // queue is a watcher's bounded buffer. It holds only what is queued: a
 // channel of the bound's capacity per watcher would keep bound × Item of
 // pointer-holding memory for each (300 MB for 1,000 watchers at 4,096),
