@@ -119,6 +119,7 @@ type Intake struct {
 	// stored (acknowledged, or the stream's last at a takeover).
 	eventsSeq atomic.Uint64
 	parts     []*partition
+	commits   []*committer // each partition's publisher of entries
 	inbox     string
 	sub       *nats.Subscription
 	msub      *nats.Subscription
@@ -279,6 +280,7 @@ func (in *Intake) openPartitions(ctx context.Context) error {
 			return err
 		}
 		in.parts = append(in.parts, newPartition(in, p, cons))
+		in.commits = append(in.commits, newCommitter(in))
 	}
 	return nil
 }
@@ -485,8 +487,9 @@ func (in *Intake) SubmitAsIs(ctx context.Context, evs []*eventgatev1.Event, msgI
 	return wait()
 }
 
-// Start is Submit (SubmitAsIs when asIs) in two halves. Start itself sends
-// the occurrences to the log: the occurrences of calls started one after
+// Start is Submit (SubmitAsIs when asIs) in two halves. Start itself hands
+// the occurrences' entries to their partitions' committers (commit.go),
+// which log them in that order: the occurrences of calls started one after
 // another are logged in that order (one emit stream's batches keep their
 // order in every partition). wait, called once, waits for their
 // acknowledgements and their decisions and returns what Submit returns.
@@ -515,28 +518,28 @@ func (in *Intake) Start(ctx context.Context, evs []*eventgatev1.Event, msgIDs []
 		return nil, err
 	}
 	start := time.Now()
-	futs := make([]jetstream.PubAckFuture, len(entries))
-	for k := range entries {
-		e := &entries[k]
-		if e.batched {
-			e.m.Header.Set(HeaderBatch, formatIndexes(e.idxs))
-			compressBatch(e.m, len(e.idxs))
-		}
-		var err error
-		// No Nats-Expected-Stream (stored with each entry): the intake stream
-		// is the only one that may capture its subjects.
-		if futs[k], err = in.callJS.PublishMsgAsync(e.m); err != nil {
-			forget()
-			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, e.idxs[0], err)
-		}
+	pend := make([]*pendingEntry, len(entries))
+	for k, e := range entries {
+		pend[k] = &pendingEntry{e: e, done: make(chan struct{}), asIs: asIs,
+			mergeable: e.batched && propagation.HeaderCarrier(e.m.Header).Get("traceparent") == ""}
 	}
-	firsts := make([]int, len(entries))
-	for k := range entries {
-		firsts[k] = entries[k].idxs[0]
+	// Each partition's entries to its committer, in order.
+	if len(pend) == 1 {
+		in.commits[entries[0].p].submit(pend)
+	} else {
+		byPart := make([][]*pendingEntry, len(in.commits))
+		for k, e := range entries {
+			byPart[e.p] = append(byPart[e.p], pend[k])
+		}
+		for p, es := range byPart {
+			if len(es) > 0 {
+				in.commits[p].submit(es)
+			}
+		}
 	}
 	return func() ([]Result, error) {
 		defer forget()
-		return in.await(ctx, c, evs, msgIDs, futs, firsts, start)
+		return in.await(ctx, c, evs, msgIDs, pend, start)
 	}, nil
 }
 
@@ -572,6 +575,7 @@ type logEntry struct {
 	m       *nats.Msg
 	idxs    []int
 	batched bool
+	p       int // partition
 }
 
 // logEntries are the intake entries of a call's occurrences, in order,
@@ -616,7 +620,7 @@ func (in *Intake) logEntries(ctx context.Context, evs []*eventgatev1.Event, msgI
 			m.Data = data
 			m.Header.Set(HeaderIndex, strconv.Itoa(i))
 			m.Header.Set(jetstream.MsgIDHeader, msgIDs[i])
-			entries = append(entries, logEntry{m: m, idxs: []int{i}})
+			entries = append(entries, logEntry{m: m, idxs: []int{i}, p: p})
 			// The partition's later occurrences go after it: its log keeps
 			// the batch's order.
 			delete(open, p)
@@ -631,7 +635,7 @@ func (in *Intake) logEntries(ctx context.Context, evs []*eventgatev1.Event, msgI
 			open[p] = j
 			m := newMsg(p)
 			m.Data = make([]byte, 0, min(left[p], in.batchBytes+len(data)+binary.MaxVarintLen32))
-			entries = append(entries, logEntry{m: m, batched: true})
+			entries = append(entries, logEntry{m: m, batched: true, p: p})
 		}
 		left[p] -= len(data) + binary.MaxVarintLen32
 		e := &entries[j]
@@ -641,21 +645,22 @@ func (in *Intake) logEntries(ctx context.Context, evs []*eventgatev1.Event, msgI
 	return entries, nil
 }
 
-// await waits for the acknowledgements futs of a call's entries (firsts[k]:
-// the first occurrence of entry k), then for the call's decisions.
-func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, msgIDs []string, futs []jetstream.PubAckFuture, firsts []int, start time.Time) ([]Result, error) {
-	for k, f := range futs {
+// await waits for the acknowledgements of a call's entries, then for the
+// call's decisions.
+func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, msgIDs []string, pend []*pendingEntry, start time.Time) ([]Result, error) {
+	for _, p := range pend {
+		i := p.e.idxs[0]
 		select {
-		case ack := <-f.Ok():
-			if ack.Duplicate {
-				// Only an entry with a message id can be a duplicate.
-				i := firsts[k]
-				c.set(i, in.duplicate(ctx, c, evs[i], msgIDs[i]))
-			}
-		case err := <-f.Err():
-			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, firsts[k], err)
+		case <-p.done:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %w", ErrNotDurable, ctx.Err())
+		}
+		if p.err != nil {
+			return nil, fmt.Errorf("%w: events[%d]: %w", ErrNotDurable, i, p.err)
+		}
+		if p.ack.Duplicate && !p.e.batched {
+			// Only an entry with a message id can be a duplicate.
+			c.set(i, in.duplicate(ctx, c, evs[i], msgIDs[i]))
 		}
 	}
 	logged := time.Now()

@@ -159,9 +159,20 @@ func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error 
 			pt.log.Error("undecodable intake entry skipped", "seq", seq, "err", err)
 			return pt.publish(pt.agg.Tick(at, position(seq, 0)), nil, -1, item{})
 		}
+		// Occurrences of several calls (group commit): each to its own.
+		var replies []string
+		if rs := hdr.Get(HeaderReplies); rs != "" {
+			if replies, err = replyRuns(rs, len(idxs)); err != nil {
+				// Folded all the same; their calls get no decision.
+				pt.log.Error("intake entry with unreadable replies: no decisions", "seq", seq, "err", err)
+			}
+		}
 		pt.sinceCkpt += len(raws) - 1
 		for k, raw := range raws {
 			o.k, o.index, o.raw = k, idxs[k], raw
+			if replies != nil {
+				o.reply = replies[k]
+			}
 			if err := pt.occur(o); err != nil {
 				return err
 			}
