@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -187,21 +186,7 @@ func (c *committer) acknowledge() {
 			c.mu.Unlock()
 			f = <-c.acks
 		}
-		var ack *jetstream.PubAck
-		var err error
-		select {
-		case ack = <-f.fut.Ok():
-		case err = <-f.fut.Err():
-		default:
-			t := time.NewTimer(futureTimeout)
-			select {
-			case ack = <-f.fut.Ok():
-			case err = <-f.fut.Err():
-			case <-t.C:
-				err = errors.New("no acknowledgement from the intake stream")
-			}
-			t.Stop()
-		}
+		ack, err := awaitAck(f.fut, nil)
 		for _, p := range f.entries {
 			p.settle(ack, err)
 		}

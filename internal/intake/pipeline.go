@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -145,25 +146,10 @@ func (p *pipeline) run() {
 			return
 		}
 		if it.fut != nil {
-			var ack *jetstream.PubAck
-			var err error
-			select {
-			case ack = <-it.fut.Ok():
-			case err = <-it.fut.Err():
-			default:
-				// Decisions gathered so far go out before waiting: under a
-				// steady load the queue is seldom empty, and a decision
-				// must not wait for later writes.
-				flushAll()
-				t := time.NewTimer(futureTimeout)
-				select {
-				case ack = <-it.fut.Ok():
-				case err = <-it.fut.Err():
-				case <-t.C:
-					err = context.DeadlineExceeded
-				}
-				t.Stop()
-			}
+			// Decisions gathered so far go out before waiting: under a
+			// steady load the queue is seldom empty, and a decision must
+			// not wait for later writes.
+			ack, err := awaitAck(it.fut, flushAll)
 			p.settle(err)
 			if p.written != nil && err == nil {
 				p.written.Observe(time.Since(it.at).Seconds())
@@ -183,5 +169,30 @@ func (p *pipeline) run() {
 				flush(it.reply)
 			}
 		}
+	}
+}
+
+// awaitAck waits, at most futureTimeout, for fut's acknowledgement; idle,
+// when not nil, runs first if it has not come yet.
+func awaitAck(fut jetstream.PubAckFuture, idle func()) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-fut.Ok():
+		return ack, nil
+	case err := <-fut.Err():
+		return nil, err
+	default:
+	}
+	if idle != nil {
+		idle()
+	}
+	t := time.NewTimer(futureTimeout)
+	defer t.Stop()
+	select {
+	case ack := <-fut.Ok():
+		return ack, nil
+	case err := <-fut.Err():
+		return nil, err
+	case <-t.C:
+		return nil, fmt.Errorf("no acknowledgement within %v: %w", futureTimeout, context.DeadlineExceeded)
 	}
 }
