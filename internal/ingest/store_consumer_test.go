@@ -233,3 +233,68 @@ func TestIngestReplicaIDUsedTwice(t *testing.T) {
 	waitFloor(t, second, last, 30*time.Second)
 	checkExactlyOnce(t, s2, last, evs, seqs)
 }
+
+// TestAStoresOwnConsumerAcknowledgesCumulatively: a store's own consumer
+// has one reader, so it acknowledges a batch with one cumulative ack of its
+// highest sequence instead of an ack per event; nothing is left pending or
+// copied twice.
+func TestAStoresOwnConsumerAcknowledgesCumulatively(t *testing.T) {
+	ctx := context.Background()
+	n := startNATS(t)
+	s := ownStore(t)
+	cfg := storeConfig("r1", "store-1")
+	cfg.BatchSize = 150 // batches that end inside a round of 100
+	in := startIngest(t, n, writer(t, s), cfg, nil)
+	evs, seqs := publishRounds(t, n, "acked", 6)
+	last := seqs[len(seqs)-1]
+	waitFloor(t, in, last, 30*time.Second)
+	checkExactlyOnce(t, s, last, evs, seqs)
+	info, err := in.consumer().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.AckPolicy != jetstream.AckAllPolicy {
+		t.Fatalf("the store's own consumer acknowledges %v, want all (cumulatively)", info.Config.AckPolicy)
+	}
+	if info.AckFloor.Stream != last || info.NumAckPending != 0 || info.NumRedelivered != 0 {
+		t.Fatalf("ack floor %d, %d pending, %d redelivered; want %d, none, none",
+			info.AckFloor.Stream, info.NumAckPending, info.NumRedelivered, last)
+	}
+}
+
+// TestAStoreConsumerMadeBeforeKeepsAcknowledgingEachEvent: a consumer's ack
+// policy cannot change, so a store's consumer made by an earlier version
+// (an ack per event) is used as it is, not refused.
+func TestAStoreConsumerMadeBeforeKeepsAcknowledgingEachEvent(t *testing.T) {
+	ctx := context.Background()
+	n := startNATS(t)
+	s := ownStore(t)
+	cfg := storeConfig("r1", "store-1")
+	cfg.withDefaults(writer(t, s).Batch())
+	if _, err := n.js.CreateConsumer(ctx, n.stream, jetstream.ConsumerConfig{
+		Durable:           cfg.Durable,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           cfg.AckWait,
+		MaxDeliver:        -1,
+		MaxAckPending:     cfg.MaxAckPending,
+		InactiveThreshold: cfg.ConsumerTTL,
+		Metadata:          map[string]string{MetadataStore: cfg.StoreID},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	evs, seqs := publishRounds(t, n, "before", 2)
+	in := startIngest(t, n, writer(t, s), storeConfig("r1", "store-1"), nil)
+	more, moreSeqs := publishRounds(t, n, "after", 2)
+	evs, seqs = append(evs, more...), append(seqs, moreSeqs...)
+	last := seqs[len(seqs)-1]
+	waitFloor(t, in, last, 30*time.Second)
+	checkExactlyOnce(t, s, last, evs, seqs)
+	info, err := in.consumer().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.AckPolicy != jetstream.AckExplicitPolicy || info.NumAckPending != 0 {
+		t.Fatalf("the earlier consumer acknowledges %v with %d pending, want explicit and none", info.Config.AckPolicy, info.NumAckPending)
+	}
+}

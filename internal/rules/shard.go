@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"text/template"
 	"time"
 
@@ -342,9 +343,15 @@ func (sh *shard) publish(ctx context.Context, c *compiled, fired []Fired) error 
 // Checkpoints are gzipped JSON: the groups' last events repeat most of
 // their fields, and a KV value must fit in a NATS message (1 MB by
 // default).
+// gzipWriters keeps the checkpoints' compressors: each shard writes one a
+// second, and a new compressor is ~650 KB of tables.
+var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(nil) }}
+
 func encodeCheckpoint(c *checkpointData) ([]byte, error) {
 	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&buf)
 	if err := json.NewEncoder(zw).Encode(c); err != nil {
 		return nil, err
 	}
