@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -74,6 +75,47 @@ func TestUnmarshalAgreesWithProto(t *testing.T) {
 		}
 		if got2, err := Unmarshal(b2); err != nil || !proto.Equal(got2, want) {
 			t.Fatalf("event %d: Unmarshal of protobuf-go's encoding gave %v (%v)", i, got2, err)
+		}
+	}
+}
+
+// TestUnmarshalAliasedDecodesInPlace: UnmarshalAliased gives the event
+// Unmarshal gives, with its strings in the bytes it was given rather than
+// copies of them; it refuses what Unmarshal refuses.
+func TestUnmarshalAliasedDecodesInPlace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for i := 0; i < 500; i++ {
+		want := storedLike(rng)
+		b, err := Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := UnmarshalAliased(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("event %d: UnmarshalAliased gave %v, want %v", i, got, want)
+		}
+		inside := func(s string) bool {
+			p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+			start := uintptr(unsafe.Pointer(&b[0]))
+			return p >= start && p+uintptr(len(s)) <= start+uintptr(len(b))
+		}
+		for _, s := range []string{got.GetNote(), got.GetUid(), got.GetRegarding().GetName(), got.GetLabels()["app"], got.GetTenant().GetName()} {
+			if s != "" && !inside(s) {
+				t.Fatalf("event %d: %q is a copy, not in the decoded bytes", i, s)
+			}
+		}
+	}
+	b, err := Marshal(storedLike(rng))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n < len(b); n++ {
+		_, errCopy := Unmarshal(b[:n])
+		if _, err := UnmarshalAliased(b[:n]); (err == nil) != (errCopy == nil) {
+			t.Fatalf("the first %d bytes: UnmarshalAliased error %v, Unmarshal error %v", n, err, errCopy)
 		}
 	}
 }
@@ -189,6 +231,7 @@ func BenchmarkUnmarshal(b *testing.B) {
 		bufs = append(bufs, buf)
 	}
 	benchEach(b, "event", func(i int) error { _, err := Unmarshal(bufs[i%len(bufs)]); return err })
+	benchEach(b, "aliased", func(i int) error { _, err := UnmarshalAliased(bufs[i%len(bufs)]); return err })
 	benchEach(b, "protobuf-go", func(i int) error { return proto.Unmarshal(bufs[i%len(bufs)], &eventgatev1.Event{}) })
 }
 

@@ -501,6 +501,19 @@ func Unmarshal(b []byte) (*eventgatev1.Event, error) {
 	return ev, nil
 }
 
+// UnmarshalAliased is Unmarshal whose strings share b's memory instead of
+// copying it: for a reader that keeps b as long as it keeps the event (the
+// ingest keeps a message's bytes with its row; the intake's owner writes an
+// occurrence's own bytes). b must not change afterwards, and a string kept
+// longer than b is needed keeps all of b: clone it (strings.Clone).
+func UnmarshalAliased(b []byte) (*eventgatev1.Event, error) {
+	ev := &eventgatev1.Event{}
+	if err := ev.UnmarshalVTUnsafe(b); err != nil {
+		return nil, fmt.Errorf("unmarshal event: %w", err)
+	}
+	return ev, nil
+}
+
 // TruncateUTF8 cuts s to at most n bytes without splitting a rune.
 func TruncateUTF8(s string, n int) string {
 	if len(s) <= n {

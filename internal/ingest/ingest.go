@@ -405,7 +405,8 @@ func (in *Consumer) decode(msgs []jetstream.Msg) *batch {
 			in.reject(m, 0, fmt.Errorf("metadata: %w", err))
 			continue
 		}
-		ev, err := event.Unmarshal(m.Data())
+		// Aliased: the row keeps the message's bytes (Raw) until inserted.
+		ev, err := event.UnmarshalAliased(m.Data())
 		if err != nil {
 			in.reject(m, md.Sequence.Stream, err)
 			continue

@@ -199,7 +199,9 @@ type occ struct {
 
 func (pt *partition) occur(o occ) error {
 	pos := position(o.seq, o.k)
-	ev, err := event.Unmarshal(o.raw)
+	// Aliased: the occurrence's bytes are its Created write, kept until
+	// stored anyway; what the aggregator keeps longer it copies.
+	ev, err := event.UnmarshalAliased(o.raw)
 	if err != nil {
 		// Not an occurrence; it still takes its place in the log.
 		pt.log.Error("undecodable intake occurrence skipped", "seq", o.seq, "occurrence", o.k, "err", err)

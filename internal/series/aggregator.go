@@ -601,7 +601,9 @@ func (a *Aggregator) fitBudget(t int64, ws []Write, keep *entry) []Write {
 
 // fold records one more occurrence of e's key (count already updated).
 func (e *entry) fold(ev *eventgatev1.Event, t int64) {
-	e.note = ev.GetNote()
+	// A copy: ev may be decoded in place from a buffer the series is not
+	// to keep (event.UnmarshalAliased).
+	e.note = strings.Clone(ev.GetNote())
 	e.last = t
 	e.addMinute(t)
 }
