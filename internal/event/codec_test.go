@@ -120,10 +120,11 @@ func TestUnmarshalAliasedDecodesInPlace(t *testing.T) {
 	}
 }
 
-// TestMarshalIsProtobufDeterministic: Marshal writes the very bytes of
-// protobuf-go's deterministic encoding, for events with and without maps,
-// with empty keys and values, with a resourceVersion (not stored) and with
-// fields this version does not know; and refuses what protobuf-go refuses.
+// TestMarshalIsProtobufDeterministic: Marshal (and AppendMarshal, after
+// other bytes) writes the very bytes of protobuf-go's deterministic
+// encoding, for events with and without maps, with empty keys and values,
+// with a resourceVersion (not stored) and with fields this version does not
+// know; and refuses what protobuf-go refuses.
 func TestMarshalIsProtobufDeterministic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	check := func(i int, ev *eventgatev1.Event) {
@@ -140,6 +141,18 @@ func TestMarshalIsProtobufDeterministic(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatalf("event %d: Marshal wrote\n% x\nprotobuf-go\n% x", i, got, want)
+		}
+		// In place after other bytes, as the intake writes a batch.
+		if n := Size(ev); n != len(want) {
+			t.Fatalf("event %d: Size %d, encoding of %d bytes", i, n, len(want))
+		}
+		prefix := []byte("batch so far")
+		appended, err := AppendMarshal(append(make([]byte, 0, 64), prefix...), ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(appended[:len(prefix)], prefix) || !bytes.Equal(appended[len(prefix):], want) {
+			t.Fatalf("event %d: AppendMarshal wrote\n% x\nafter %q, want\n% x", i, appended[len(prefix):], prefix, want)
 		}
 	}
 	for i := 0; i < 2000; i++ {

@@ -410,23 +410,60 @@ func MsgID(ev *eventgatev1.Event, callerUID bool, idemKey string) string {
 // string that is not UTF-8 (which protobuf-go refuses to encode), goes to
 // protobuf-go (TestMarshalIsProtobufDeterministic).
 func Marshal(ev *eventgatev1.Event) ([]byte, error) {
+	return AppendMarshal(nil, ev)
+}
+
+// Size is the length of ev's encoding (Marshal).
+func Size(ev *eventgatev1.Event) int {
 	if len(ev.ProtoReflect().GetUnknown()) > 0 {
-		return marshalProto(ev)
+		rv := ev.ResourceVersion
+		ev.ResourceVersion = ""
+		n := proto.MarshalOptions{Deterministic: true}.Size(ev)
+		ev.ResourceVersion = rv
+		return n
 	}
+	return coreSize(ev) + mapSize(fieldLabels, ev.Labels) + mapSize(fieldAnnotations, ev.Annotations) + mapSize(fieldMetadata, ev.Metadata)
+}
+
+// coreSize is the size of ev's encoding without its maps.
+func coreSize(ev *eventgatev1.Event) int {
 	rv, labels, annotations, metadata := ev.ResourceVersion, ev.Labels, ev.Annotations, ev.Metadata
 	ev.ResourceVersion, ev.Labels, ev.Annotations, ev.Metadata = "", nil, nil, nil
 	n := ev.SizeVT()
-	b := make([]byte, n, n+mapSize(fieldLabels, labels)+mapSize(fieldAnnotations, annotations)+mapSize(fieldMetadata, metadata))
-	_, err := ev.MarshalToSizedBufferVT(b)
+	ev.ResourceVersion, ev.Labels, ev.Annotations, ev.Metadata = rv, labels, annotations, metadata
+	return n
+}
+
+// AppendMarshal appends ev's encoding (Marshal) to b, in place when b has
+// room for Size(ev) more bytes: the intake writes a batch's events into the
+// batch this way.
+func AppendMarshal(b []byte, ev *eventgatev1.Event) ([]byte, error) {
+	start := len(b)
+	if len(ev.ProtoReflect().GetUnknown()) > 0 {
+		m, err := marshalProto(ev)
+		if err != nil {
+			return b, err
+		}
+		return append(b, m...), nil
+	}
+	rv, labels, annotations, metadata := ev.ResourceVersion, ev.Labels, ev.Annotations, ev.Metadata
+	ev.ResourceVersion, ev.Labels, ev.Annotations, ev.Metadata = "", nil, nil, nil
+	core := ev.SizeVT()
+	b = slices.Grow(b, core+mapSize(fieldLabels, labels)+mapSize(fieldAnnotations, annotations)+mapSize(fieldMetadata, metadata))[:start+core]
+	_, err := ev.MarshalToSizedBufferVT(b[start:])
 	ev.ResourceVersion, ev.Labels, ev.Annotations, ev.Metadata = rv, labels, annotations, metadata
 	if err != nil {
-		return nil, fmt.Errorf("marshal event: %w", err)
+		return b[:start], fmt.Errorf("marshal event: %w", err)
 	}
 	b = appendMap(b, fieldLabels, labels)
 	b = appendMap(b, fieldAnnotations, annotations)
 	b = appendMap(b, fieldMetadata, metadata)
-	if !ValidUTF8(b, eventDescriptor) {
-		return marshalProto(ev) // which refuses it, saying where
+	if !ValidUTF8(b[start:], eventDescriptor) {
+		m, err := marshalProto(ev) // which refuses it, saying where
+		if err != nil {
+			return b[:start], err
+		}
+		b = append(b[:start], m...)
 	}
 	return b, nil
 }

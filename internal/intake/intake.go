@@ -2,7 +2,6 @@ package intake
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -598,25 +597,25 @@ func (in *Intake) logEntries(ctx context.Context, evs []*eventgatev1.Event, msgI
 		propagator.Inject(ctx, propagation.HeaderCarrier(m.Header))
 		return m
 	}
-	// Encoded first, so that each batch's data is allocated once, at the
-	// size of what goes into it.
-	datas := make([][]byte, len(evs))
+	// Sized first, so that each batch's data is allocated once, at the size
+	// of what goes into it, and each event is encoded into it in place.
+	sizes := make([]int, len(evs))
 	parts := make([]int, len(evs))
 	left := make(map[int]int) // partition → bytes of its batched occurrences not yet placed
 	for i, ev := range evs {
-		data, err := event.Marshal(ev)
-		if err != nil {
-			return nil, fmt.Errorf("submit: events[%d]: %w", i, err)
-		}
-		datas[i], parts[i] = data, in.Partition(ev)
+		sizes[i], parts[i] = event.Size(ev), in.Partition(ev)
 		if msgIDs == nil || msgIDs[i] == "" {
-			left[parts[i]] += len(data) + binary.MaxVarintLen32
+			left[parts[i]] += framed(sizes[i])
 		}
 	}
-	for i := range evs {
-		data, p := datas[i], parts[i]
+	for i, ev := range evs {
+		size, p := sizes[i], parts[i]
 		if msgIDs != nil && msgIDs[i] != "" {
 			m := newMsg(p)
+			data, err := event.AppendMarshal(make([]byte, 0, size), ev)
+			if err != nil {
+				return nil, fmt.Errorf("submit: events[%d]: %w", i, err)
+			}
 			m.Data = data
 			m.Header.Set(HeaderIndex, strconv.Itoa(i))
 			m.Header.Set(jetstream.MsgIDHeader, msgIDs[i])
@@ -627,23 +626,36 @@ func (in *Intake) logEntries(ctx context.Context, evs []*eventgatev1.Event, msgI
 			continue
 		}
 		j, ok := open[p]
-		if ok && (len(entries[j].idxs) >= maxBatch || len(entries[j].m.Data)+len(data)+binary.MaxVarintLen32 > in.batchBytes) {
+		if ok && (len(entries[j].idxs) >= maxBatch || len(entries[j].m.Data)+framed(size) > in.batchBytes) {
 			ok = false
 		}
 		if !ok {
 			j = len(entries)
 			open[p] = j
 			m := newMsg(p)
-			m.Data = make([]byte, 0, min(left[p], in.batchBytes+len(data)+binary.MaxVarintLen32))
+			m.Data = make([]byte, 0, min(left[p], in.batchBytes+framed(size)))
 			entries = append(entries, logEntry{m: m, batched: true, p: p})
 		}
-		left[p] -= len(data) + binary.MaxVarintLen32
+		left[p] -= framed(size)
 		e := &entries[j]
-		e.m.Data = protowire.AppendBytes(e.m.Data, data)
+		before := len(e.m.Data)
+		data, err := event.AppendMarshal(protowire.AppendVarint(e.m.Data, uint64(size)), ev)
+		if err != nil {
+			return nil, fmt.Errorf("submit: events[%d]: %w", i, err)
+		}
+		if len(data)-before != framed(size) {
+			// Size and AppendMarshal disagree: the batch would not split.
+			return nil, fmt.Errorf("submit: events[%d]: encoded %d bytes, sized %d", i, len(data)-before, framed(size))
+		}
+		e.m.Data = data
 		e.idxs = append(e.idxs, i)
 	}
 	return entries, nil
 }
+
+// framed is the size of an occurrence of size bytes in a batch: its length
+// as a varint, then its bytes (protowire.AppendBytes).
+func framed(size int) int { return protowire.SizeBytes(size) }
 
 // await waits for the acknowledgements of a call's entries, then for the
 // call's decisions.
