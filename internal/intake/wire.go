@@ -3,8 +3,10 @@ package intake
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go"
@@ -209,13 +211,26 @@ func compressBatch(m *nats.Msg, occurrences int) {
 	if occurrences < 2 {
 		return
 	}
-	c := s2.Encode(nil, m.Data)
+	n := s2.MaxEncodedLen(len(m.Data))
+	if n < 0 {
+		return
+	}
+	// Encoded into scratch space (the bound is a sixth over the input),
+	// then copied at its size: the entry keeps it until acknowledged.
+	sp := s2Scratch.Get().(*[]byte)
+	defer s2Scratch.Put(sp)
+	if cap(*sp) < n {
+		*sp = make([]byte, n)
+	}
+	c := s2.Encode((*sp)[:n], m.Data)
 	if len(c) > len(m.Data)-len(m.Data)/8 {
 		return
 	}
-	m.Data = c
+	m.Data = slices.Clone(c)
 	m.Header.Set(HeaderEncoding, EncodingS2)
 }
+
+var s2Scratch = sync.Pool{New: func() any { return new([]byte) }}
 
 // batchData returns a batched entry's data as HeaderBatch describes it:
 // decompressed when HeaderEncoding says it was compressed.

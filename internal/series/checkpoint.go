@@ -145,7 +145,7 @@ func (a *Aggregator) Checkpoint() (Checkpoint, error) {
 	b = protowire.AppendVarint(b, floor)
 	b = appendPackedDeltas(b, snapRemoved, a.removed)
 	b = appendPackedDeltas(b, snapSegments, cp.Live)
-	b, err := appendEntries(b, a.series.head, a.seriesBytes)
+	b, err := appendEntries(b, a.series.head)
 	if err != nil {
 		return Checkpoint{}, err
 	}

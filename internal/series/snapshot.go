@@ -78,13 +78,23 @@ func (a *Aggregator) Snapshot() ([]byte, error) {
 		b = protowire.AppendTag(b, snapSingles, protowire.BytesType)
 		b = protowire.AppendBytes(b, recs)
 	}
-	return appendEntries(b, a.series.head, a.seriesBytes)
+	return appendEntries(b, a.series.head)
 }
 
 // appendEntries appends series e and those after it as snapshot entries;
 // size, their estimated memory, bounds what they take encoded.
-func appendEntries(b []byte, e *entry, size int64) ([]byte, error) {
-	b = slices.Grow(b, int(size/2))
+func appendEntries(b []byte, e *entry) ([]byte, error) {
+	// Grown once to about what the entries take: a checkpoint writes every
+	// series, each second.
+	need := 0
+	for x := e; x != nil; x = x.next {
+		ev, err := x.encode()
+		if err != nil {
+			return nil, err
+		}
+		need += len(ev) + len(x.note) + entryFieldsBytes + pendingMinuteBytes*len(x.pending)
+	}
+	b = slices.Grow(b, need)
 	var eb []byte
 	for ; e != nil; e = e.next {
 		ev, err := e.encode()
@@ -97,6 +107,14 @@ func appendEntries(b []byte, e *entry, size int64) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// entryFieldsBytes bounds what a snapshot entry takes besides its event,
+// note and minutes (tags, lengths and varints); pendingMinuteBytes bounds a
+// pending minute's two varints and their share of two lengths.
+const (
+	entryFieldsBytes   = 64
+	pendingMinuteBytes = 16
+)
 
 func appendEntry(b []byte, e *entry, ev []byte) []byte {
 	b = protowire.AppendTag(b, entEvent, protowire.BytesType)
