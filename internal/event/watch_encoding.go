@@ -61,20 +61,28 @@ func WatchTypeOf(ev *eventgatev1.Event, raw []byte) string {
 // one that counts), the same message as encoding the decoded event with
 // its ResourceVersion set. One copy of raw, no encoding of the event.
 func EncodeWatchEvent(typ string, raw []byte, seq uint64) []byte {
+	head, tail := WatchEventFrame(typ, raw, seq)
+	b := make([]byte, 0, len(head)+len(raw)+len(tail))
+	return append(append(append(b, head...), raw...), tail...)
+}
+
+// WatchEventFrame is what EncodeWatchEvent puts before and after raw: a
+// sender that writes head, raw and tail in turn sends the response without
+// copying raw.
+func WatchEventFrame(typ string, raw []byte, seq uint64) (head, tail []byte) {
 	var rv [20]byte
 	rvb := strconv.AppendUint(rv[:0], seq, 10)
 	obj := len(raw) + protowire.SizeTag(resourceVersionNo) + protowire.SizeBytes(len(rvb))
-	size := protowire.SizeTag(watchTypeField) + protowire.SizeBytes(len(typ)) +
-		protowire.SizeTag(watchObjectField) + protowire.SizeBytes(obj)
-	b := make([]byte, 0, size)
+	hs := protowire.SizeTag(watchTypeField) + protowire.SizeBytes(len(typ)) +
+		protowire.SizeTag(watchObjectField) + protowire.SizeVarint(uint64(obj))
+	b := make([]byte, 0, hs+protowire.SizeTag(resourceVersionNo)+protowire.SizeBytes(len(rvb)))
 	b = protowire.AppendTag(b, watchTypeField, protowire.BytesType)
 	b = protowire.AppendString(b, typ)
 	b = protowire.AppendTag(b, watchObjectField, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(obj))
-	b = append(b, raw...)
 	b = protowire.AppendTag(b, resourceVersionNo, protowire.BytesType)
 	b = protowire.AppendBytes(b, rvb)
-	return b
+	return b[:hs:hs], b[hs:]
 }
 
 // EncodedWellFormed reports whether raw reads as an encoded event, UTF-8

@@ -39,8 +39,8 @@ func newDecodeGuard(max int) *decodeGuard {
 	return &decodeGuard{base: encoding.GetCodecV2(proto.Name), max: max}
 }
 
-// Marshal sends a message already encoded (service.Encoded: a watch event
-// as the stream stores it) as it is, and encodes one with generated
+// Marshal sends a message already encoded (service.Encoded, or in parts,
+// service.EncodedParts: a watch event as the stream stores it) as it is, and encodes one with generated
 // encoding (the event service's responses) without reflection. What that
 // encoding would send with a string that is not UTF-8, protobuf-go
 // refuses, as before.
@@ -48,6 +48,13 @@ func (d *decodeGuard) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case encoded:
 		return mem.BufferSlice{mem.SliceBuffer(m.EncodedMessage())}, nil
+	case encodedParts:
+		parts := m.EncodedParts()
+		bs := make(mem.BufferSlice, len(parts))
+		for i, p := range parts {
+			bs[i] = mem.SliceBuffer(p)
+		}
+		return bs, nil
 	case generatedEncoding:
 		if b, err := m.MarshalVT(); err == nil && event.ValidUTF8(b, m.ProtoReflect().Descriptor()) {
 			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
@@ -66,6 +73,10 @@ func (d *decodeGuard) Name() string { return d.base.Name() }
 
 // encoded is a message in the wire format already (service.Encoded).
 type encoded interface{ EncodedMessage() []byte }
+
+// encodedParts is a message in the wire format already, in parts sent in
+// turn (service.EncodedParts).
+type encodedParts interface{ EncodedParts() [][]byte }
 
 func (d *decodeGuard) Unmarshal(data mem.BufferSlice, v any) error {
 	if n := data.Len(); d.max > 0 && n > d.max {

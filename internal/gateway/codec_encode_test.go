@@ -14,7 +14,8 @@ import (
 // The server codec's responses read back as the messages given: those it
 // encodes with generated code (a Query's events, an emit's results, a watch
 // event) and those protobuf-go encodes; a message already encoded
-// (service.Encoded) is sent byte for byte.
+// (service.Encoded, or in parts: service.EncodedParts) is sent byte for
+// byte, its parts not copied.
 func TestEncodeOfResponsesAgreesWithProtobuf(t *testing.T) {
 	g := newDecodeGuard(0)
 	evs := randomEvents(5, 200)
@@ -45,6 +46,11 @@ func TestEncodeOfResponsesAgreesWithProtobuf(t *testing.T) {
 	bs, err := g.Marshal(service.Encoded(raw))
 	if err != nil || !bytes.Equal(bs.Materialize(), raw) {
 		t.Fatalf("encoded message: sent %q (%v), want %q", bs.Materialize(), err, raw)
+	}
+	parts := service.EncodedParts{raw[:2], raw[2:5], raw[5:]}
+	bs, err = g.Marshal(parts)
+	if err != nil || !bytes.Equal(bs.Materialize(), raw) || len(bs) != len(parts) || &bs[1].ReadOnlyData()[0] != &raw[2] {
+		t.Fatalf("message encoded in parts: sent %q in %d buffers (%v), want %q in %d, the parts themselves", bs.Materialize(), len(bs), err, raw, len(parts))
 	}
 }
 

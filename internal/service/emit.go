@@ -69,6 +69,15 @@ type Encoded []byte
 // EncodedMessage returns the bytes to send.
 func (e Encoded) EncodedMessage() []byte { return e }
 
+// EncodedParts is a response already in the protobuf wire format in parts
+// sent one after the other, for a server codec that sends them as they are
+// (EventsConfig.SendEncoded): a watch event's frame around the stored
+// event's bytes, which are not copied.
+type EncodedParts [][]byte
+
+// EncodedParts returns the parts to send in turn.
+func (e EncodedParts) EncodedParts() [][]byte { return e }
+
 // Events implements eventgate.v1.EventService.
 type Events struct {
 	eventgatev1.UnimplementedEventServiceServer

@@ -55,7 +55,8 @@ func (s *Events) StreamWatch(req *eventgatev1.StreamWatchRequest, stream eventga
 		}
 		typ := event.WatchTypeOf(it.Event, it.Raw)
 		if s.cfg.SendEncoded && it.Raw != nil {
-			return stream.SendMsg(Encoded(event.EncodeWatchEvent(typ, it.Raw, it.Seq)))
+			head, tail := event.WatchEventFrame(typ, it.Raw, it.Seq)
+			return stream.SendMsg(EncodedParts{head, it.Raw, tail})
 		}
 		return stream.Send(&eventgatev1.StreamWatchResponse{Type: typ, Object: it.Event})
 	})
