@@ -55,13 +55,10 @@ type Consumer struct {
 	// cons is replaced when a store's own consumer was deleted by the
 	// server (its replica was gone longer than ConsumerTTL).
 	cons atomic.Pointer[jetstream.Consumer]
-	// ackAll is set while cons acknowledges cumulatively: one ack per
-	// batch (see Consumer.ack).
-	ackAll atomic.Bool
-	w      Writer
-	cfg    Config
-	log    *slog.Logger
-	m      *Metrics
+	w    Writer
+	cfg  Config
+	log  *slog.Logger
+	m    *Metrics
 
 	// taken is set once the consumer is found recording another store:
 	// fetching from it would take that store's events.
@@ -97,7 +94,7 @@ func Start(ctx context.Context, js jetstream.JetStream, stream string, w Writer,
 		js: js, stream: stream, w: w, cfg: cfg, log: log.With("consumer", cfg.Durable),
 		m: newMetrics(reg), stop: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
 	}
-	in.setConsumer(cons)
+	in.cons.Store(&cons)
 	// The caller's context ending aborts ingest (Stop is the graceful way).
 	stopWatch := context.AfterFunc(ctx, cancel)
 	in.wg.Add(2)
@@ -150,22 +147,13 @@ func consumerConfig(ctx context.Context, js jetstream.JetStream, stream string, 
 		MaxAckPending: cfg.MaxAckPending,
 	}
 	if cfg.StoreID != "" {
-		// One replica reads a store's own consumer, and inserts its
-		// batches in the order it fetched them: a cumulative ack of a
-		// batch's highest sequence speaks only for inserted events (see
-		// Consumer.ack), and saves the server an ack per event.
-		cc.AckPolicy = jetstream.AckAllPolicy
 		cc.Description = "eventgate: copies every event into the store " + cfg.StoreID + "; the ack floor is what it holds"
 		cc.InactiveThreshold = cfg.ConsumerTTL
 		cc.Metadata = map[string]string{MetadataStore: cfg.StoreID}
 		old, err := js.Consumer(ctx, stream, cfg.Durable)
 		switch {
 		case err == nil:
-			// A consumer's ack policy cannot be changed: one made before
-			// keeps acknowledging each event.
-			cc.AckPolicy = old.CachedInfo().Config.AckPolicy
 			if got := old.CachedInfo().Config.Metadata[MetadataStore]; got != cfg.StoreID {
-				cc.AckPolicy = jetstream.AckAllPolicy
 				if !replace {
 					return cc, fmt.Errorf("clickhouse ingest: consumer %s records store %q, this is %q: %w", cfg.Durable, got, cfg.StoreID, ErrConsumerTaken)
 				}
@@ -220,11 +208,6 @@ func adoptFloor(ctx context.Context, js jetstream.JetStream, stream string, cfg 
 // consumer is the current consumer handle.
 func (in *Consumer) consumer() jetstream.Consumer { return *in.cons.Load() }
 
-func (in *Consumer) setConsumer(c jetstream.Consumer) {
-	in.ackAll.Store(c.CachedInfo().Config.AckPolicy == jetstream.AckAllPolicy)
-	in.cons.Store(&c)
-}
-
 // reopen recreates a store's own consumer after the server deleted it
 // (its replica was gone longer than ConsumerTTL, or an operator removed
 // it): the new one starts from the beginning of the stream, which the
@@ -257,7 +240,7 @@ func (in *Consumer) reopen(ctx context.Context) bool {
 		return false
 	}
 	adopted(octx, in.js, in.stream, in.cfg, cc, in.log)
-	in.setConsumer(cons)
+	in.cons.Store(&cons)
 	in.log.Warn("clickhouse ingest: the consumer had been deleted; recreated from the start of the stream")
 	return true
 }
@@ -500,39 +483,23 @@ func (in *Consumer) insert(ctx context.Context, rows []event.Stored, msgs []jets
 	}
 }
 
-// ack acknowledges a committed batch, confirmed by the server.
-//
-// On the shared consumer, each message is acknowledged (a cumulative ack
-// would also cover messages delivered to other replicas and not yet
-// inserted), the last one confirmed: the server processes a connection's
-// acks in order.
-//
-// On a store's own consumer (AckAll), one ack of the batch's highest stream
-// sequence covers the batch. Every message at or below it is inserted: a
-// message first delivered in this batch or an earlier one was inserted with
-// it (batches are inserted in fetch order, each before the next is
-// acknowledged), and one not yet delivered would be above it, since first
-// deliveries come in stream order. A redelivery in a later batch is of a
-// message first delivered in this one or earlier.
+// ack acknowledges a committed batch: one ack per message, the last one
+// confirmed by the server, which processes a connection's acks in order.
+// A cumulative ack (AckAll) would also acknowledge messages delivered and
+// never inserted: those delivered to other replicas sharing the consumer,
+// and, even on a store's own consumer, those delivered to a process killed
+// before it inserted them or to a fetch that ended before they arrived,
+// which the server is to deliver again after AckWait (TestCrashWhileIngesting
+// lost acknowledged events with it).
 func (in *Consumer) ack(ctx context.Context, msgs []jetstream.Msg) {
-	last := msgs[len(msgs)-1]
-	if in.ackAll.Load() {
-		var top uint64
-		for _, m := range msgs {
-			if md, err := m.Metadata(); err == nil && md.Sequence.Stream > top {
-				top, last = md.Sequence.Stream, m
-			}
-		}
-	} else {
-		for _, m := range msgs[:len(msgs)-1] {
-			if err := m.Ack(); err != nil {
-				in.m.errors.WithLabelValues("ack").Inc()
-			}
+	for _, m := range msgs[:len(msgs)-1] {
+		if err := m.Ack(); err != nil {
+			in.m.errors.WithLabelValues("ack").Inc()
 		}
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := last.DoubleAck(actx); err != nil {
+	if err := msgs[len(msgs)-1].DoubleAck(actx); err != nil {
 		// The batch is in ClickHouse; an ack lost here means a
 		// redelivery, which queries deduplicate.
 		in.m.errors.WithLabelValues("ack").Inc()
