@@ -12,6 +12,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
+	"github.com/eventgate/eventgate/internal/query"
 	"github.com/eventgate/eventgate/internal/rules"
 )
 
@@ -138,6 +139,32 @@ func TestAShardOfManyTenantsFiresForItsOwnAlone(t *testing.T) {
 	e.emit(stranger, own)
 	if got, want := rc.next(t, 10*time.Second).id, last.ID()+":"+own.Uid+":firing"; got != want {
 		t.Fatalf("delivered %s, want %s (the other tenant's event %s must not fire)", got, want, stranger.Uid)
+	}
+	rc.none(t, time.Second)
+}
+
+// The feed sends a shard its tenants' events undecoded, and the shard
+// decodes only those of a type one of its rules may match: a rule on
+// Warnings that resolves on a Normal event still sees the Normal one, and
+// fires for no Normal one.
+func TestARuleOnWarningsSeesTheNormalEventItsResolveAsksFor(t *testing.T) {
+	e, a, rc := oneShard(t)
+	resolve := query.Filter{Type: query.StringSet{In: []string{"Normal"}}, Reason: query.StringSet{In: []string{"Started"}}}
+	r := e.createRule(a, &rules.Rule{
+		Name: "warnings", Filter: query.Filter{Type: query.StringSet{In: []string{"Warning"}}}, Resolve: &resolve,
+		ResolveFieldSelector: "type=Normal,reason=Started",
+		Condition:            rules.Condition{Kind: rules.KindCount, Threshold: 1, Window: time.Minute},
+		Destination:          rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
+	}, a)
+	e.emit(podEvent("Normal", "Pulled", "web-1"))
+	warning := podEvent("Warning", "BackOff", "web-1")
+	e.emit(warning)
+	if got, want := rc.next(t, 10*time.Second).id, r.ID()+":"+warning.Uid+":firing"; got != want {
+		t.Fatalf("delivered %s, want %s", got, want)
+	}
+	e.emit(podEvent("Normal", "Pulled", "web-1"), podEvent("Normal", "Started", "web-1"))
+	if got, want := rc.next(t, 10*time.Second).id, r.ID()+":"+warning.Uid+":resolved"; got != want {
+		t.Fatalf("delivered %s, want %s", got, want)
 	}
 	rc.none(t, time.Second)
 }

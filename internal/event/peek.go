@@ -1,0 +1,98 @@
+package event
+
+import (
+	"unsafe"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+var (
+	typeField       = eventFields.ByName("type").Number()
+	tenantField     = eventFields.ByName("tenant").Number()
+	tenantFields    = eventFields.ByName("tenant").Message().Fields()
+	tenantTypeField = tenantFields.ByName("type").Number()
+	tenantNameField = tenantFields.ByName("name").Number()
+)
+
+// EncodedHead is what a reader learns of a stored event without decoding
+// it: enough to route it and to skip it when nothing of interest can
+// match.
+type EncodedHead struct {
+	Type       string // Normal, Warning
+	TenantType string
+	TenantName string
+}
+
+// PeekEncoded reads the type and the tenant of raw, an encoded event,
+// skipping every other field; ok is false when raw is not a well-formed
+// encoding. The values are what Unmarshal would decode (the last of a
+// repeated field, a repeated tenant merged), but they share raw's memory:
+// they are for a lookup or a comparison, and raw must not change while
+// they are in use; clone one to keep it (strings.Clone).
+func PeekEncoded(raw []byte) (h EncodedHead, ok bool) {
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return EncodedHead{}, false
+		}
+		raw = raw[n:]
+		switch {
+		case num == typeField && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(raw)
+			if n < 0 {
+				return EncodedHead{}, false
+			}
+			h.Type, raw = aliased(v), raw[n:]
+		case num == tenantField && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(raw)
+			if n < 0 || !peekTenant(v, &h) {
+				return EncodedHead{}, false
+			}
+			raw = raw[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, raw)
+			if n < 0 {
+				return EncodedHead{}, false
+			}
+			raw = raw[n:]
+		}
+	}
+	return h, true
+}
+
+func peekTenant(b []byte, h *EncodedHead) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if (num == tenantTypeField || num == tenantNameField) && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			if num == tenantTypeField {
+				h.TenantType = aliased(v)
+			} else {
+				h.TenantName = aliased(v)
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// aliased is b as a string without a copy.
+func aliased(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}

@@ -1,0 +1,81 @@
+package event
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+)
+
+// TestPeekEncodedReadsWhatUnmarshalDecodes: the type and the tenant read
+// without decoding are the decoded event's, also when a field comes twice
+// (the last wins, a tenant is merged), and a malformed encoding is refused.
+func TestPeekEncodedReadsWhatUnmarshalDecodes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	check := func(name string, b []byte) {
+		t.Helper()
+		ev, err := Unmarshal(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		h, ok := PeekEncoded(b)
+		want := EncodedHead{Type: ev.GetType(), TenantType: ev.GetTenant().GetType(), TenantName: ev.GetTenant().GetName()}
+		if !ok || h != want {
+			t.Fatalf("%s: peeked %+v (ok %v), decoded %+v", name, h, ok, want)
+		}
+	}
+	for i := 0; i < 500; i++ {
+		ev := storedLike(rng)
+		switch i % 4 {
+		case 1:
+			ev.Tenant = nil
+		case 2:
+			ev.Type = ""
+		case 3:
+			ev.Tenant.Name = ""
+		}
+		b, err := Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("stored", b)
+	}
+	// A second type and a second, partial tenant after the first.
+	b, err := Marshal(storedLike(rng))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = protowire.AppendTag(b, typeField, protowire.BytesType)
+	b = protowire.AppendString(b, "Normal")
+	tb, err := proto.Marshal(&eventgatev1.Tenant{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = protowire.AppendTag(b, tenantField, protowire.BytesType)
+	b = protowire.AppendBytes(b, tb)
+	check("repeated fields", b)
+	if h, _ := PeekEncoded(b); h.Type != "Normal" || h.TenantType != "project" || h.TenantName != "other" {
+		t.Fatalf("repeated fields: %+v", h)
+	}
+	for _, bad := range [][]byte{b[:len(b)-1], {0xff}, protowire.AppendTag(nil, typeField, protowire.BytesType)} {
+		if _, ok := PeekEncoded(bad); ok {
+			t.Fatalf("malformed %x peeked", bad)
+		}
+	}
+}
+
+func BenchmarkPeekEncoded(b *testing.B) {
+	raw, err := Marshal(storedLike(rand.New(rand.NewPCG(1, 2))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := PeekEncoded(raw); !ok {
+			b.Fatal("not peeked")
+		}
+	}
+}
