@@ -84,4 +84,8 @@ type WatchOptions struct {
 	// event (without Match, the feed then decodes an event only when
 	// another of its watchers needs it).
 	Encoded bool
+	// Coalesce: the watcher takes its events at most this often, in
+	// batches, instead of being woken for each (0: at once). For a
+	// watcher that trades this much latency for fewer wake-ups.
+	Coalesce time.Duration
 }

@@ -293,6 +293,11 @@ func (h *Hub) Watch(ctx context.Context, o event.WatchOptions, send func(event.W
 		break
 	}
 	defer h.unregister(w)
+	var coalesce *time.Timer
+	if o.Coalesce > 0 {
+		coalesce = time.NewTimer(o.Coalesce)
+		defer coalesce.Stop()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -323,6 +328,20 @@ func (h *Hub) Watch(ctx context.Context, o event.WatchOptions, send func(event.W
 				cursor = it.Seq
 			}
 			w.q.recycle(items)
+			if coalesce != nil {
+				// What arrives meanwhile waits in the queue (its notify
+				// token stays) for the next batch.
+				coalesce.Reset(o.Coalesce)
+				select {
+				case <-coalesce.C:
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-h.done:
+					return event.ErrWatchStopped
+				case <-w.overflow:
+					return &event.SlowWatcherError{ResumeFrom: cursor}
+				}
+			}
 		case <-w.overflow:
 			return &event.SlowWatcherError{ResumeFrom: cursor}
 		}
