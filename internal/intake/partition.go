@@ -65,6 +65,7 @@ type partition struct {
 	// over, until the replay passes the entries logged before (nil: none).
 	stored    *storedWrites
 	lastStats series.Stats
+	budget    budgetLog // evictions at the series memory budget, logged at most every budgetLogEvery
 	// chain: the last delivery was a first delivery with consumer sequence
 	// chainDseq, already handled; the next one, if it has consumer sequence
 	// chainDseq+1 and is a first delivery too, is the partition's next log

@@ -2,6 +2,7 @@ package intake
 
 import (
 	"hash/crc32"
+	"time"
 
 	"github.com/eventgate/eventgate/internal/series"
 )
@@ -48,10 +49,38 @@ func (pt *partition) syncStats() {
 		}
 	}
 	if d.EvictedSingletons > 0 || d.Writes[series.ReasonEvicted] > 0 {
-		pt.log.Warn("series memory budget reached: singletons forgotten early, series finished early with their exact counts",
-			"maxBytes", pt.agg.Config().MaxBytes, "maxActive", pt.agg.Config().MaxActive, "singletons", d.EvictedSingletons, "series", d.Writes[series.ReasonEvicted])
+		pt.budget.singletons += d.EvictedSingletons
+		pt.budget.series += d.Writes[series.ReasonEvicted]
+		if now := time.Now(); now.Sub(pt.budget.logged) >= budgetLogEvery {
+			pt.log.Warn("series memory budget reached: singletons forgotten early, series finished early with their exact counts",
+				"maxBytes", pt.agg.Config().MaxBytes, "maxActive", pt.agg.Config().MaxActive,
+				"singletons", pt.budget.singletons, "series", pt.budget.series, "since", pt.budget.since(now))
+			pt.budget = budgetLog{logged: now}
+		}
 	}
 	pt.updateGauges()
+}
+
+// budgetLogEvery: a partition at its series memory budget under sustained
+// load evicts at every batch; it says so once a minute, with the counts
+// since it last did (eventgate_series_evicted_singletons_total counts them
+// all).
+const budgetLogEvery = time.Minute
+
+// budgetLog accumulates a partition's evictions between two warnings.
+type budgetLog struct {
+	logged     time.Time // the last warning (zero: none yet)
+	singletons uint64
+	series     uint64
+}
+
+// since is how long the counts were accumulated, for the warning (0 for
+// the first one).
+func (b budgetLog) since(now time.Time) time.Duration {
+	if b.logged.IsZero() {
+		return 0
+	}
+	return now.Sub(b.logged).Round(time.Second)
 }
 
 func (pt *partition) updateGauges() {
