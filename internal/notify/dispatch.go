@@ -1,7 +1,8 @@
 // Package notify delivers the notifications of rules (package rules queues
 // them): each rule's queue is a durable consumer of the notifications
-// stream, served by the replica that owns the rule's shard, one worker per
-// rule so that a slow or dead destination delays nothing but itself.
+// stream, made with the rule's first notification and served by the
+// replica that owns the rule's shard, one worker per rule so that a slow
+// or dead destination delays nothing but itself.
 // Delivery is at least once, under the notification's id; a failed attempt
 // is retried with exponential backoff until the retry period ends (a dead
 // letter), every attempt is recorded in the deliveries stream (the
@@ -18,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,9 +137,24 @@ func (d *Dispatcher) Stop() {
 	d.wg.Wait()
 }
 
-func consumerName(ruleUID string) string { return "rule-" + ruleUID }
+// consumerPrefix + a rule's uid names its delivery queue's consumer.
+const consumerPrefix = "rule-"
 
-// reconcile keeps one worker per owned, unpaused rule.
+func consumerName(ruleUID string) string { return consumerPrefix + ruleUID }
+
+// activeRescan is how often the dispatcher looks again for the rules with
+// a delivery queue (scanActive), besides at its start and at every change
+// of the shards it owns: a safety net, as the engine tells it of every
+// notification it queues.
+const activeRescan = time.Minute
+
+// reconcile keeps one worker per owned, unpaused rule that has a delivery
+// queue: a rule notified at least once. Most rules are quiet most of the
+// time, and one that never notified needs no durable consumer on the
+// server (with its state files, ~40 KB of the server's memory and an idle
+// pull request each): its worker starts with its first notification,
+// which the engine tells of (QueuedSince), or which a scan of the stream
+// finds if the replica that queued it stopped first.
 func (d *Dispatcher) reconcile(ctx context.Context) {
 	type running struct {
 		w      *worker
@@ -161,12 +178,31 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		}
 		ending.Wait()
 	}()
+	active := map[string]bool{} // rules with a delivery queue, by uid
+	var noted int               // how many of the engine's QueuedSince were taken in
+	var rescan <-chan time.Time // nil: scan now
 	for {
+		if rescan == nil {
+			wait := activeRescan
+			if err := d.scanActive(ctx, active); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				d.log.Warn("notify: find the rules with notifications", "err", err)
+				wait = time.Second
+			}
+			rescan = time.After(wait)
+		}
+		uids, n, queuedChanged := d.engine.QueuedSince(noted)
+		noted = n
+		for _, uid := range uids {
+			active[uid] = true
+		}
 		all, storeChanged := d.store.Snapshot()
 		_, ownChanged := d.engine.Owns(rules.Tenant{})
 		want := map[string]*rules.Rule{}
 		for _, r := range all {
-			if owned, _ := d.engine.Owns(r.Tenant); owned {
+			if owned, _ := d.engine.Owns(r.Tenant); owned && active[r.UID] {
 				want[r.UID] = r
 			}
 		}
@@ -201,9 +237,41 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-storeChanged:
+		case <-queuedChanged:
 		case <-ownChanged:
+			rescan = nil // shards taken over: their rules' queues
+		case <-rescan:
+			rescan = nil
 		}
 	}
+}
+
+// scanActive adds to active the rules that have a delivery queue on the
+// server: a consumer (created by an earlier worker, on any replica) or
+// notifications stored (queued by a replica that stopped before its
+// worker created the consumer).
+func (d *Dispatcher) scanActive(ctx context.Context, active map[string]bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	names := d.notify.ConsumerNames(ctx)
+	for name := range names.Name() {
+		if uid, ok := strings.CutPrefix(name, consumerPrefix); ok {
+			active[uid] = true
+		}
+	}
+	if err := names.Err(); err != nil {
+		return fmt.Errorf("list delivery consumers: %w", err)
+	}
+	info, err := d.notify.Info(ctx, jetstream.WithSubjectFilter(rules.NotifySubjects))
+	if err != nil {
+		return fmt.Errorf("notifications by rule: %w", err)
+	}
+	for subj := range info.State.Subjects {
+		if uid, ok := strings.CutPrefix(subj, rules.NotifySubject("")); ok {
+			active[uid] = true
+		}
+	}
+	return nil
 }
 
 func (d *Dispatcher) exists(all []*rules.Rule, uid string) bool {

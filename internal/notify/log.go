@@ -160,5 +160,6 @@ func (d *Dispatcher) Redeliver(ctx context.Context, ruleUID, notificationID stri
 	if err != nil {
 		return fmt.Errorf("queue notification: %w", err)
 	}
+	d.engine.NoteQueued(ruleUID)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -96,8 +97,38 @@ type Engine struct {
 	taking     int          // shards being taken, not owned yet
 	releasing  map[int]bool // owned shards being handed over
 
+	// queued: the rules this replica queued a notification for, each once,
+	// in order (package notify serves their delivery queues, and leaves
+	// alone the rules that never notified); queuedCh is closed and
+	// replaced when one is added.
+	queued    []string
+	queuedSet map[string]bool
+	queuedCh  chan struct{}
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+}
+
+// NoteQueued records that a notification was queued for the rule with
+// uid (by a shard, or a redelivery): its delivery queue is to be served.
+func (e *Engine) NoteQueued(uid string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.queuedSet[uid] {
+		return
+	}
+	e.queuedSet[uid] = true
+	e.queued = append(e.queued, uid)
+	close(e.queuedCh)
+	e.queuedCh = make(chan struct{})
+}
+
+// QueuedSince returns the rules NoteQueued recorded after the first n,
+// how many it recorded in all, and a channel closed at the next one.
+func (e *Engine) QueuedSince(n int) ([]string, int, <-chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.queued[min(n, len(e.queued)):]), len(e.queued), e.queuedCh
 }
 
 // Start ensures the notifications stream and the buckets, and starts
@@ -106,7 +137,8 @@ func Start(ctx context.Context, js jetstream.JetStream, feed Feed, store *Store,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, js: js, feed: feed, store: store, log: log.With("component", "rules"), owned: map[int]bool{}, changed: make(chan struct{}), evaluating: map[string]int{}, members: 1, releasing: map[int]bool{}}
+	e := &Engine{cfg: cfg, js: js, feed: feed, store: store, log: log.With("component", "rules"), owned: map[int]bool{}, changed: make(chan struct{}), evaluating: map[string]int{}, members: 1, releasing: map[int]bool{},
+		queuedSet: map[string]bool{}, queuedCh: make(chan struct{})}
 	var err error
 	if e.events, err = js.Stream(ctx, cfg.EventsStream); err != nil {
 		return nil, fmt.Errorf("rules: events stream %s: %w", cfg.EventsStream, err)

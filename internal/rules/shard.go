@@ -374,6 +374,7 @@ func (sh *shard) publish(ctx context.Context, c *compiled, fired []Fired) error 
 			return fmt.Errorf("queue notification: %w", err)
 		}
 		sh.queued = append(sh.queued, f)
+		sh.e.NoteQueued(c.rule.UID)
 	}
 	return nil
 }
