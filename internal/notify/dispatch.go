@@ -153,7 +153,7 @@ const activeRescan = time.Minute
 // time, and one that never notified needs no durable consumer on the
 // server (with its state files, ~40 KB of the server's memory and an idle
 // pull request each): its worker starts with its first notification,
-// which the engine tells of (QueuedSince), or which a scan of the stream
+// which the engine tells of (Queued), or which a scan of the stream
 // finds if the replica that queued it stopped first.
 func (d *Dispatcher) reconcile(ctx context.Context) {
 	type running struct {
@@ -179,7 +179,6 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		ending.Wait()
 	}()
 	active := map[string]bool{} // rules with a delivery queue, by uid
-	var noted int               // how many of the engine's QueuedSince were taken in
 	var rescan <-chan time.Time // nil: scan now
 	for {
 		if rescan == nil {
@@ -193,23 +192,30 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 			}
 			rescan = time.After(wait)
 		}
-		uids, n, queuedChanged := d.engine.QueuedSince(noted)
-		noted = n
-		for _, uid := range uids {
+		queued, queuedChanged := d.engine.Queued()
+		for _, uid := range queued {
 			active[uid] = true
 		}
+		// After Queued: the store had a rule before a shard evaluated it.
 		all, storeChanged := d.store.Snapshot()
 		_, ownChanged := d.engine.Owns(rules.Tenant{})
 		want := map[string]*rules.Rule{}
+		exists := make(map[string]bool, len(all))
 		for _, r := range all {
+			exists[r.UID] = true
 			if owned, _ := d.engine.Owns(r.Tenant); owned && active[r.UID] {
 				want[r.UID] = r
+			}
+		}
+		for uid := range active {
+			if !exists[uid] {
+				delete(active, uid) // deleted: what a scan finds of it again is dropped again
 			}
 		}
 		for uid, r := range run {
 			if rule := want[uid]; rule == nil || rule.Paused {
 				stop(uid)
-				if rule == nil && !d.exists(all, uid) {
+				if rule == nil && !exists[uid] {
 					// Deleted: its queue goes with it.
 					dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 					_ = d.notify.DeleteConsumer(dctx, consumerName(uid))
@@ -272,15 +278,6 @@ func (d *Dispatcher) scanActive(ctx context.Context, active map[string]bool) err
 		}
 	}
 	return nil
-}
-
-func (d *Dispatcher) exists(all []*rules.Rule, uid string) bool {
-	for _, r := range all {
-		if r.UID == uid {
-			return true
-		}
-	}
-	return false
 }
 
 // worker delivers one rule's queue, one notification at a time.

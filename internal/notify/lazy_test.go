@@ -34,6 +34,18 @@ func TestARuleHasNoDeliveryConsumerUntilItsFirstNotification(t *testing.T) {
 	if !slices.Equal(names, []string{consumerName(loud.UID)}) {
 		t.Fatalf("delivery consumers %v, want %s's alone (not %s's, which never notified)", names, loud.ID(), quiet.ID())
 	}
+	// Deleted, the rule is forgotten: the engine keeps no rule it no
+	// longer evaluates.
+	if queued, _ := a.engine.Queued(); !slices.Equal(queued, []string{loud.UID}) {
+		t.Fatalf("queued for %v, want %s", queued, loud.UID)
+	}
+	if err := a.store.Delete(ctx, loud.Tenant, loud.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitTakenIn(t, a, loud, false)
+	if queued, _ := a.engine.Queued(); len(queued) != 0 {
+		t.Fatalf("queued for %v after the rule was deleted", queued)
+	}
 }
 
 // A notification queued by a replica that stopped before its worker

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -97,13 +96,12 @@ type Engine struct {
 	taking     int          // shards being taken, not owned yet
 	releasing  map[int]bool // owned shards being handed over
 
-	// queued: the rules this replica queued a notification for, each once,
-	// in order (package notify serves their delivery queues, and leaves
-	// alone the rules that never notified); queuedCh is closed and
-	// replaced when one is added.
-	queued    []string
-	queuedSet map[string]bool
-	queuedCh  chan struct{}
+	// queued: the rules of the owned shards this replica queued a
+	// notification for (package notify serves their delivery queues, and
+	// leaves alone the rules that never notified); a rule leaves it with
+	// its shard. queuedCh is closed and replaced when one is added.
+	queued   map[string]bool
+	queuedCh chan struct{}
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -114,21 +112,25 @@ type Engine struct {
 func (e *Engine) NoteQueued(uid string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.queuedSet[uid] {
+	if e.queued[uid] {
 		return
 	}
-	e.queuedSet[uid] = true
-	e.queued = append(e.queued, uid)
+	e.queued[uid] = true
 	close(e.queuedCh)
 	e.queuedCh = make(chan struct{})
 }
 
-// QueuedSince returns the rules NoteQueued recorded after the first n,
-// how many it recorded in all, and a channel closed at the next one.
-func (e *Engine) QueuedSince(n int) ([]string, int, <-chan struct{}) {
+// Queued returns the rules NoteQueued recorded that this replica still
+// evaluates (or has not yet taken in), and a channel closed at the next
+// one.
+func (e *Engine) Queued() ([]string, <-chan struct{}) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return slices.Clone(e.queued[min(n, len(e.queued)):]), len(e.queued), e.queuedCh
+	out := make([]string, 0, len(e.queued))
+	for uid := range e.queued {
+		out = append(out, uid)
+	}
+	return out, e.queuedCh
 }
 
 // Start ensures the notifications stream and the buckets, and starts
@@ -138,7 +140,7 @@ func Start(ctx context.Context, js jetstream.JetStream, feed Feed, store *Store,
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, js: js, feed: feed, store: store, log: log.With("component", "rules"), owned: map[int]bool{}, changed: make(chan struct{}), evaluating: map[string]int{}, members: 1, releasing: map[int]bool{},
-		queuedSet: map[string]bool{}, queuedCh: make(chan struct{})}
+		queued: map[string]bool{}, queuedCh: make(chan struct{})}
 	var err error
 	if e.events, err = js.Stream(ctx, cfg.EventsStream); err != nil {
 		return nil, fmt.Errorf("rules: events stream %s: %w", cfg.EventsStream, err)
@@ -233,6 +235,7 @@ func (e *Engine) setEvaluating(shard int, uids map[string]*compiled) {
 	for uid, n := range e.evaluating {
 		if n == shard && uids[uid] == nil {
 			delete(e.evaluating, uid)
+			delete(e.queued, uid) // deleted, or its shard handed over
 		}
 	}
 	for uid := range uids {
