@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
@@ -123,6 +125,13 @@ func gcCycles() uint64 {
 	return s[0].Value.Uint64()
 }
 
+// heapAllocs is the number of bytes allocated on the heap so far.
+func heapAllocs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
 // cpuTime is the CPU time this process has used so far.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -228,18 +237,9 @@ func BenchmarkWatchFanout(b *testing.B) {
 		defer conn.Close()
 		conns = append(conns, conn)
 	}
-	var gw latencies
-	// Every 10th delivery: its resourceVersion (the stream sequence) and
-	// when it arrived, to measure delivery from the stream (stored →
-	// watcher) apart from the emit and the series path.
-	type arrival struct {
-		seq     uint64
-		at      time.Time
-		emitted time.Time // the event's eventTime: when its batch was built
-	}
-	var arrivalsMu sync.Mutex
-	var arrivals []arrival
-	var received atomic.Int64
+	// Each phase records its own deliveries; the watchers switch to the
+	// phase current when an event arrives.
+	var cur atomic.Pointer[fanoutPhase]
 	var wg sync.WaitGroup
 	for i := 0; i < fanoutWatchers+fanoutSlow; i++ {
 		client := eventgatev1.NewEventServiceClient(conns[i%benchConns()])
@@ -261,48 +261,94 @@ func BenchmarkWatchFanout(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rec := gw.recorder()
-			var mine []arrival
-			defer func() {
-				arrivalsMu.Lock()
-				arrivals = append(arrivals, mine...)
-				arrivalsMu.Unlock()
-			}()
+			var (
+				ph   *fanoutPhase
+				rec  *recorder
+				mine []arrival
+			)
+			defer func() { ph.addArrivals(mine) }()
 			for {
 				r, err := s.Recv()
 				if err != nil {
 					return
 				}
 				now := time.Now()
+				p := cur.Load()
+				if p == nil {
+					continue // between phases or after them
+				}
+				if p != ph {
+					ph.addArrivals(mine)
+					ph, rec, mine = p, p.lat.recorder(), nil
+				}
 				rec.add(now.Sub(r.Object.EventTime.AsTime()))
-				if n := received.Add(1); n%10 == 0 {
+				if n := ph.received.Add(1); n%10 == 0 {
 					seq, _ := strconv.ParseUint(r.Object.ResourceVersion, 10, 64)
 					mine = append(mine, arrival{seq, now, r.Object.EventTime.AsTime()})
 				}
 			}
 		}()
 	}
-	stream, err := tg.client.EmitStream(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var acked atomic.Int64
-	ackDone := make(chan struct{})
-	go func() {
-		defer close(ackDone)
-		for {
-			r, err := stream.Recv()
-			if err != nil {
-				return
-			}
-			if r.Error != nil {
-				b.Errorf("batch refused: %v", r.Error)
-			}
-			acked.Add(int64(len(r.Results)))
-		}
-	}()
 	note := strings.Repeat("n", 400)
 	j := 0
+	// runPhase emits at the bench rate for dur on a stream of its own and
+	// waits until every fast watcher has every event.
+	runPhase := func(ph *fanoutPhase) {
+		cur.Store(ph)
+		stream, err := tg.client.EmitStream(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var acked atomic.Int64
+		ackDone := make(chan struct{})
+		go func() {
+			defer close(ackDone)
+			for {
+				r, err := stream.Recv()
+				if err != nil {
+					return
+				}
+				if r.Error != nil {
+					b.Errorf("batch refused: %v", r.Error)
+				}
+				acked.Add(int64(len(r.Results)))
+			}
+		}()
+		ph.cpu0, ph.gc0, ph.alloc0, ph.t0 = cpuTime(), gcCycles(), heapAllocs(), time.Now()
+		ph.sent = pace(dur, func(n int) {
+			req := &eventgatev1.EmitStreamRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: "bench"}}
+			now := timestamppb.Now()
+			for k := 0; k < n; k++ {
+				ns := "ns-" + strconv.Itoa(j%fanoutWatchers)
+				req.Events = append(req.Events, &eventgatev1.Event{
+					Reason: "Tick", Note: note, EventTime: now, Type: "Normal",
+					ReportingController: "bench", ReportingInstance: "bench-0", Action: "Bench",
+					Regarding: &eventgatev1.ObjectReference{ApiVersion: "v1", Kind: "Pod", Namespace: ns, Name: "pod-" + strconv.Itoa(j)},
+				})
+				j++
+			}
+			if err := stream.Send(req); err != nil {
+				_, rerr := stream.Recv()
+				cancel()
+				b.Fatalf("send: %v (stream: %v)", err, rerr)
+			}
+		})
+		_ = stream.CloseSend()
+		<-ackDone
+		// Every fast watcher gets every event meant for it.
+		deadline := time.Now().Add(30 * time.Second)
+		for ph.received.Load() < acked.Load() && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		// The whole process: gateway, embedded NATS and chDB, and the
+		// bench's clients; of 100% × GOMAXPROCS.
+		ph.cpu = 100 * (cpuTime() - ph.cpu0).Seconds() / time.Since(ph.t0).Seconds()
+		ph.gcs = gcCycles() - ph.gc0
+		ph.allocs = heapAllocs() - ph.alloc0
+		if got := ph.received.Load(); got != int64(ph.sent) || acked.Load() != int64(ph.sent) {
+			b.Errorf("sent %d, acked %d, delivered to fast watchers %d", ph.sent, acked.Load(), got)
+		}
+	}
 	// EVENTGATE_BENCH_CPUPROFILE=file profiles the gateway phase alone
 	// (-cpuprofile would include the plain-NATS baseline).
 	if f := os.Getenv("EVENTGATE_BENCH_CPUPROFILE"); f != "" {
@@ -315,33 +361,9 @@ func BenchmarkWatchFanout(b *testing.B) {
 		}
 		defer func() { pprof.StopCPUProfile(); out.Close() }()
 	}
-	cpu0, gc0, t0 := cpuTime(), gcCycles(), time.Now()
 	b.ResetTimer()
-	sent := pace(dur, func(n int) {
-		req := &eventgatev1.EmitStreamRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: "bench"}}
-		now := timestamppb.Now()
-		for k := 0; k < n; k++ {
-			ns := "ns-" + strconv.Itoa(j%fanoutWatchers)
-			req.Events = append(req.Events, &eventgatev1.Event{
-				Reason: "Tick", Note: note, EventTime: now, Type: "Normal",
-				ReportingController: "bench", ReportingInstance: "bench-0", Action: "Bench",
-				Regarding: &eventgatev1.ObjectReference{ApiVersion: "v1", Kind: "Pod", Namespace: ns, Name: "pod-" + strconv.Itoa(j)},
-			})
-			j++
-		}
-		if err := stream.Send(req); err != nil {
-			_, rerr := stream.Recv()
-			cancel()
-			b.Fatalf("send: %v (stream: %v)", err, rerr)
-		}
-	})
-	_ = stream.CloseSend()
-	<-ackDone
-	// Every fast watcher gets every event meant for it.
-	deadline := time.Now().Add(30 * time.Second)
-	for received.Load() < acked.Load() && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	gw := &fanoutPhase{}
+	runPhase(gw)
 	b.StopTimer()
 	// EVENTGATE_BENCH_MEMPROFILE=file writes a heap profile here, with
 	// everything the gateway holds after the load.
@@ -356,13 +378,18 @@ func BenchmarkWatchFanout(b *testing.B) {
 		}
 		out.Close()
 	}
-	// The whole process: gateway, embedded NATS and chDB, and the bench's
-	// clients; of 100% × GOMAXPROCS.
-	cpu := 100 * (cpuTime() - cpu0).Seconds() / time.Since(t0).Seconds()
-	gcs := gcCycles() - gc0
-	if got := received.Load(); got != int64(sent) || acked.Load() != int64(sent) {
-		b.Errorf("sent %d, acked %d, delivered to fast watchers %d", sent, acked.Load(), got)
+	// The same again with the collector off: what of the tail above the
+	// floor the collector's cycles make (their marks share the two CPUs
+	// with the delivery path and make allocating goroutines assist).
+	quiet := &fanoutPhase{}
+	{
+		gcPercent, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(math.MaxInt64)
+		runPhase(quiet)
+		debug.SetGCPercent(gcPercent)
+		debug.SetMemoryLimit(limit)
+		runtime.GC()
 	}
+	cur.Store(nil)
 	cancel()
 	wg.Wait()
 	// Stored → watcher, from the stream's own timestamp of each sampled
@@ -373,7 +400,7 @@ func BenchmarkWatchFanout(b *testing.B) {
 	// comes from (the emit and series path, or the feed to the watcher).
 	var timeline *tailTimeline
 	if os.Getenv("EVENTGATE_BENCH_TIMELINE") != "" {
-		timeline = &tailTimeline{start: t0, windows: map[int64]*tailWindow{}}
+		timeline = &tailTimeline{start: gw.t0, windows: map[int64]*tailWindow{}}
 	}
 	{
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -382,7 +409,7 @@ func BenchmarkWatchFanout(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, a := range arrivals {
+		for _, a := range gw.arrivals {
 			m, err := st.GetMsg(ctx, a.seq)
 			if err != nil {
 				b.Fatalf("stored event %d: %v", a.seq, err)
@@ -397,20 +424,61 @@ func BenchmarkWatchFanout(b *testing.B) {
 		timeline.log()
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(float64(sent)/dur.Seconds(), "events/s")
+	ratio := func(d time.Duration) float64 { return ms(d) / max(ms(base.pct(0.99)), 0.001) }
+	perEvent := float64(gw.allocs) / float64(max(gw.sent, 1))
+	b.ReportMetric(float64(gw.sent)/dur.Seconds(), "events/s")
 	b.ReportMetric(ms(base.pct(0.5)), "nats_p50_ms")
 	b.ReportMetric(ms(base.pct(0.99)), "nats_p99_ms")
-	b.ReportMetric(ms(gw.pct(0.5)), "watch_p50_ms")
-	b.ReportMetric(ms(gw.pct(0.99)), "watch_p99_ms")
-	b.ReportMetric(ms(gw.pct(0.99))/max(ms(base.pct(0.99)), 0.001), "p99_ratio")
+	b.ReportMetric(ms(gw.lat.pct(0.5)), "watch_p50_ms")
+	b.ReportMetric(ms(gw.lat.pct(0.99)), "watch_p99_ms")
+	b.ReportMetric(ratio(gw.lat.pct(0.99)), "p99_ratio")
 	b.ReportMetric(ms(fromStream.pct(0.99)), "stored_watch_p99_ms")
-	b.ReportMetric(ms(fromStream.pct(0.99))/max(ms(base.pct(0.99)), 0.001), "stored_p99_ratio")
-	b.ReportMetric(cpu, "cpu_%")
-	b.ReportMetric(float64(gcs), "gc_cycles")
-	b.Logf("%d watchers (+%d never reading), %s at %d events/s: plain NATS p50 %v p99 %v; eventgate watch p50 %v p99 %v (%.1fx); stored→watch (every 10th) p50 %v p99 %v (%.1fx); fast watchers got %d/%d; process CPU %.0f%% (GOMAXPROCS %d), %d collections",
-		fanoutWatchers, fanoutSlow, dur, benchRate(), base.pct(0.5), base.pct(0.99), gw.pct(0.5), gw.pct(0.99),
-		ms(gw.pct(0.99))/max(ms(base.pct(0.99)), 0.001), fromStream.pct(0.5), fromStream.pct(0.99),
-		ms(fromStream.pct(0.99))/max(ms(base.pct(0.99)), 0.001), received.Load(), sent, cpu, runtime.GOMAXPROCS(0), gcs)
+	b.ReportMetric(ratio(fromStream.pct(0.99)), "stored_p99_ratio")
+	b.ReportMetric(ms(quiet.lat.pct(0.99)), "gcoff_watch_p99_ms")
+	b.ReportMetric(gw.cpu, "cpu_%")
+	b.ReportMetric(float64(gw.gcs), "gc_cycles")
+	b.ReportMetric(perEvent, "alloc_B/event")
+	b.Logf("%d watchers (+%d never reading), %s at %d events/s: plain NATS p50 %v p99 %v; eventgate watch p50 %v p99 %v (%.1fx); stored→watch (every 10th) p50 %v p99 %v (%.1fx); fast watchers got %d/%d; process CPU %.0f%% (GOMAXPROCS %d), %d collections, %.0f bytes allocated an event (the process: gateway and clients); with the collector off: watch p50 %v p99 %v, process CPU %.0f%%",
+		fanoutWatchers, fanoutSlow, dur, benchRate(), base.pct(0.5), base.pct(0.99), gw.lat.pct(0.5), gw.lat.pct(0.99),
+		ratio(gw.lat.pct(0.99)), fromStream.pct(0.5), fromStream.pct(0.99),
+		ratio(fromStream.pct(0.99)), gw.received.Load(), gw.sent, gw.cpu, runtime.GOMAXPROCS(0), gw.gcs, perEvent,
+		quiet.lat.pct(0.5), quiet.lat.pct(0.99), quiet.cpu)
+}
+
+// arrival is a sampled delivery: its resourceVersion (the stream
+// sequence), when it arrived, and its eventTime (when its batch was built),
+// to measure delivery from the stream (stored → watcher) apart from the
+// emit and the series path.
+type arrival struct {
+	seq     uint64
+	at      time.Time
+	emitted time.Time
+}
+
+// fanoutPhase is one emit phase of BenchmarkWatchFanout.
+type fanoutPhase struct {
+	lat      latencies
+	received atomic.Int64
+
+	mu       sync.Mutex
+	arrivals []arrival // every 10th delivery
+
+	sent        int
+	t0          time.Time
+	cpu0        time.Duration
+	gc0, alloc0 uint64
+	cpu         float64
+	gcs, allocs uint64
+}
+
+// addArrivals keeps a watcher's sampled deliveries; ph may be nil.
+func (ph *fanoutPhase) addArrivals(a []arrival) {
+	if ph == nil || len(a) == 0 {
+		return
+	}
+	ph.mu.Lock()
+	ph.arrivals = append(ph.arrivals, a...)
+	ph.mu.Unlock()
 }
 
 // BenchmarkEmitToQueryable measures how long an acknowledged event takes to
