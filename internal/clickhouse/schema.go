@@ -173,6 +173,24 @@ var migrations = []migration{
 	{4, "analytics: metadata for metadata.<key> dimensions", analyticsDimensionsMigration},
 	{5, "drop events_recent: newest first reads analytics_events", dropRecentMigration},
 	{6, "analytics_hours: hourly rollups", rollupMigration},
+	{7, "events: event_time minmax index for reads by uid in a time range", eventTimeIndexMigration},
+}
+
+// eventTimeIndexMigration indexes each granule of events by its event_time
+// range, first of the skip indexes. The table is sorted by object, so
+// every granule holds events of all ages, and a read of the newest
+// versions by uid (versionsSQL: the uids of a newest-first chunk, in the
+// chunk's time range) checked the uid bloom filter of every granule of the
+// partition; the time range now leaves it the few granules that hold an
+// event of those seconds. Parts stored before get the index in the
+// background (MATERIALIZE INDEX, a mutation that writes the index beside
+// the columns).
+func eventTimeIndexMigration(d ddl) []string {
+	return []string{
+		"ALTER TABLE " + d.table("events") + d.onCluster() +
+			" ADD INDEX IF NOT EXISTS event_time_mm event_time TYPE minmax GRANULARITY 1 FIRST",
+		"ALTER TABLE " + d.table("events") + d.onCluster() + " MATERIALIZE INDEX event_time_mm",
+	}
 }
 
 // latestMigration is the schema version this build writes.
