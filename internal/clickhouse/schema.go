@@ -256,6 +256,8 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // quoteIdent quotes a validated identifier.
-func quoteIdent(s string) string {
-	return "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`").Replace(s) + "`"
-}
+func quoteIdent(s string) string { return "`" + identEscaper.Replace(s) + "`" }
+
+// identEscaper escapes a backquoted identifier; built once (a Replacer
+// builds its tables on first use, and quoteIdent renders every statement).
+var identEscaper = strings.NewReplacer("\\", "\\\\", "`", "\\`")

@@ -434,6 +434,9 @@ func (e *Engine) Close() error {
 // UTF-8, round-trips exactly through a {name:String} placeholder.
 func StringParam(s string) string { return paramEscaper.Replace(s) }
 
+// identEscaper escapes a backquoted identifier.
+var identEscaper = strings.NewReplacer("\\", "\\\\", "`", "\\`")
+
 var paramEscaper = strings.NewReplacer(
 	`\`, `\\`,
 	"\t", `\t`,
@@ -448,7 +451,7 @@ func QuoteIdentifier(name string) (string, error) {
 	if name == "" || strings.IndexByte(name, 0) >= 0 {
 		return "", fmt.Errorf("chdb: invalid identifier %q", name)
 	}
-	return "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`").Replace(name) + "`", nil
+	return "`" + identEscaper.Replace(name) + "`", nil
 }
 
 func validParamName(name string) bool {
