@@ -125,7 +125,7 @@ func (s *Store) listKeys(ctx context.Context, q query.List, rv uint64, cur *page
 		if l, ok := query.ReadLimitsFrom(ctx); ok && l.MaxRowsToRead > 0 {
 			probe = min(probe, l.MaxRowsToRead)
 		}
-		keys, err := s.listEvents(ctx, q, rv, cur, want, ", max_rows_to_read = "+strconv.FormatInt(probe, 10)+", read_overflow_mode = 'throw'")
+		keys, err := s.listEvents(ctx, q, rv, cur, want, ", max_rows_to_read = "+strconv.FormatInt(probe, 10)+", read_overflow_mode = 'throw'"+s.probeSettings)
 		if err == nil || !tooManyRows(err) {
 			return keys, err
 		}

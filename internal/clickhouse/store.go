@@ -54,6 +54,9 @@ type Store struct {
 	// probeRows: see list.go; 0 makes every newest-first listing that
 	// may read analytics_events read it (tests).
 	probeRows int64
+	// probeSettings are more settings of that probe (see Open), each
+	// after ", ".
+	probeSettings string
 	// noRollup makes analytics read the per-minute tables only (tests
 	// compare the two).
 	noRollup bool
@@ -164,6 +167,18 @@ func open(ctx context.Context, cfg Config, log *slog.Logger, t transport) (*Stor
 		} else {
 			s.selectSettings += ", use_skip_indexes_for_top_k = 0"
 		}
+	}
+	// The probe of a newest-first listing (list.go: listKeys) asks the
+	// events table for its estimate of the rows to read: with a time
+	// bound (the gateway's default window) the event_time index made the
+	// engine analyse it for every granule first, 15 ms on the 2M-event
+	// dashboard store against 4 ms without. The primary key is enough
+	// to tell a small scope from a large one.
+	if ok, err := s.hasSetting(ctx, "ignore_data_skipping_indices"); err != nil {
+		t.close()
+		return nil, fmt.Errorf("clickhouse: read settings: %w", err)
+	} else if ok {
+		s.probeSettings = ", ignore_data_skipping_indices = 'event_time_mm'"
 	}
 	// Reading in key order with a WHERE, the engine buffers chunks ahead
 	// of the merge (read_in_order_use_buffering): for a newest-first page
