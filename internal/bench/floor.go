@@ -83,6 +83,10 @@ type FloorLatency struct {
 	// Batches published: one a Tick while the machine keeps up, fewer and
 	// larger when ticks are missed.
 	Batches int `json:"batches"`
+	// CPUPer1000 is the process's CPU time (user and system, every thread:
+	// the publisher, the embedded server, the engine) from the first
+	// publish until the engine held the last event, per 1,000 events, ms.
+	CPUPer1000 float64 `json:"cpuPer1000"`
 }
 
 // PipelineFloorPaced offers rate events/s to the composed parts for d, in a
@@ -99,7 +103,8 @@ func PipelineFloorPaced(ctx context.Context, dir, lib string, rate int, d time.D
 	if err != nil {
 		return nil, err
 	}
-	return &FloorLatency{Rate: rate, Ack: run.ack, Watch: run.watch, Batches: run.batches}, nil
+	return &FloorLatency{Rate: rate, Ack: run.ack, Watch: run.watch, Batches: run.batches,
+		CPUPer1000: run.cpu.Seconds() * 1000 / (float64(total) / 1000)}, nil
 }
 
 // Headers of the floor's messages: when the event's batch was published
@@ -113,7 +118,8 @@ type floorRun struct {
 	Rate                float64
 	ack, watch          []float64
 	batches             int
-	heapMiB, peakRSSMiB float64 // when the last event reached the engine
+	heapMiB, peakRSSMiB float64       // when the last event reached the engine
+	cpu                 time.Duration // the process's, over the run
 }
 
 // floorTimes gathers a paced run's latencies.
@@ -271,7 +277,7 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 		}
 		return nil
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), selfCPU()
 	var batches int
 	if rate == 0 {
 		for i := 0; i < total; i++ {
@@ -291,7 +297,7 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 	case <-time.After(5 * time.Minute):
 		cancel(fmt.Errorf("pipeline floor: %d of %d inserted after 5m", inserted.Load(), total))
 	}
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), selfCPU()-cpu0
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	peak, _, _ := processMemory("self")
@@ -304,7 +310,7 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 		return nil, fmt.Errorf("pipeline floor: %d of %d inserted", n, total)
 	}
 	run := &floorRun{Rate: float64(total) / elapsed.Seconds(), batches: batches,
-		heapMiB: float64(ms.HeapInuse) / (1 << 20), peakRSSMiB: peak}
+		heapMiB: float64(ms.HeapInuse) / (1 << 20), peakRSSMiB: peak, cpu: cpu}
 	if times != nil {
 		times.mu.Lock()
 		run.ack, run.watch = times.acks, times.watchs

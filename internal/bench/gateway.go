@@ -390,6 +390,43 @@ func processCPU(pid int) (CPU, error) {
 	return c, nil
 }
 
+// selfCPU is the CPU time (user and system) this process's threads have
+// used, those that ended included.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// MachineBusy is the processor time the machine spent busy so far, all
+// CPUs together (from /proc/stat: user, nice, system, irq, softirq and
+// steal; not idle or iowait).
+func MachineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: malformed first line %q", line)
+	}
+	var busy int64
+	for i, v := range f[1:9] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		busy += n
+	}
+	return time.Duration(busy) * clockTick, nil
+}
+
 type taskStat struct {
 	comm string
 	cpu  time.Duration

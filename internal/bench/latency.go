@@ -272,7 +272,8 @@ func RunLatency(ctx context.Context, g *Gateway, ws *Watchers, w *Workload, rate
 
 // Stalls describes when the slowest batch acknowledgements were sent: for
 // each second of the run holding one of the slowest 1% (at most 5), its
-// offset from the first send, how many it holds and the worst. A tail
+// offset from the first send (whose wall time it gives, to line the
+// seconds up with the gateway's own logs), how many it holds and the worst. A tail
 // that comes from one stall (a pause of the process, a periodic task)
 // shows as one or two seconds; a tail from steady queueing, as many.
 func (l *Latencies) Stalls() string {
@@ -310,5 +311,6 @@ func (l *Latencies) Stalls() string {
 		}
 		parts = append(parts, fmt.Sprintf("+%ds: %d (worst %.0f ms)", k, secs[k].n, secs[k].worst))
 	}
-	return fmt.Sprintf("slowest 1%% of batch acks (≥ %.0f ms) sent in %d second(s): %s", p99, len(secs), strings.Join(parts, ", "))
+	return fmt.Sprintf("slowest 1%% of batch acks (≥ %.0f ms) sent in %d second(s) after %s: %s",
+		p99, len(secs), t0.UTC().Format("15:04:05.000"), strings.Join(parts, ", "))
 }

@@ -532,6 +532,7 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 	defer ws.Stop()
 	var nats50, nats99, sa50, sa99, ua50, ua99, w50, w99, q50, q99, ratio []float64
 	var fa99, fw99, saFloor, uaFloor, wFloor, cpuGo, cpuEngine []float64
+	var busyCores, floorCPU, cpuOfFloor []float64
 	var notes []string
 	for i := 0; i < sc.Runs; i++ {
 		nl, err := NATSFanout(ctx, g.NATSURL, sc.Watchers, 10, rate, 600, sc.LatencyDuration)
@@ -541,17 +542,27 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 		}
 		nats50, nats99 = append(nats50, Percentile(nl, 0.5)), append(nats99, Percentile(nl, 0.99))
 		cpu0, cpuErr := g.CPU()
+		busy0, busyErr := MachineBusy()
+		start := time.Now()
 		l, err := RunLatency(ctx, g, ws, NewWorkload("lat"+strconv.Itoa(i)), rate, sc.LatencyDuration)
 		if err != nil {
 			r.rep.Failed(SecLatency, "emit→watch p99", "ms", Below(50), err)
 			return
 		}
+		gwCPU := -1.0
 		if cpu1, err := g.CPU(); err == nil && cpuErr == nil {
 			// CPU time per event is what the machine's load changes least:
 			// the gateway's own cost, beside the latencies it leads to.
 			used, k := cpu1.Sub(cpu0), float64(rate)*sc.LatencyDuration.Seconds()/1000
 			cpuGo = append(cpuGo, used.Go.Seconds()*1000/k)
 			cpuEngine = append(cpuEngine, used.Engine.Seconds()*1000/k)
+			gwCPU = (used.Go + used.Engine).Seconds() * 1000 / k
+		}
+		// How much of the machine the run used, everything on it together
+		// (the gateway, the bench's watchers and emitters): the tails of a
+		// machine near its last core are queueing, whatever the gateway does.
+		if busy1, err := MachineBusy(); err == nil && busyErr == nil {
+			busyCores = append(busyCores, (busy1-busy0).Seconds()/time.Since(start).Seconds())
 		}
 		// A figure without samples (nothing was created, say) has no value
 		// for this run; a figure with none in any run shows "error".
@@ -589,8 +600,14 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 			if len(l.Watch) > 0 {
 				wFloor = append(wFloor, Percentile(l.Watch, 0.99)/max(w, 0.001))
 			}
-			r.logf("latency run %d floor: ack p50 %.1f p99 %.1f ms, watch p50 %.1f p99 %.1f ms", i+1,
-				Percentile(fl.Ack, 0.5), a, Percentile(fl.Watch, 0.5), w)
+			if fl.CPUPer1000 > 0 {
+				floorCPU = append(floorCPU, fl.CPUPer1000)
+				if gwCPU >= 0 {
+					cpuOfFloor = append(cpuOfFloor, gwCPU/fl.CPUPer1000)
+				}
+			}
+			r.logf("latency run %d floor: ack p50 %.1f p99 %.1f ms, watch p50 %.1f p99 %.1f ms, CPU %.1f ms per 1,000 events", i+1,
+				Percentile(fl.Ack, 0.5), a, Percentile(fl.Watch, 0.5), w, fl.CPUPer1000)
 		}
 		notes = append(notes, fmt.Sprintf("%d/%d", l.Delivered, l.Created))
 		if l.Overflowed > 0 {
@@ -606,6 +623,8 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 	r.rep.Add(SecBaseline, "write path floor: ack p99 at the latency phase's rate", "ms", fa99, nil,
 		fmt.Sprintf("the parts composed (bench.PipelineFloorPaced) offered %s events/s in a batch every %v, logged as one intake entry per partition, in a child process after each latency run: batch publish → every write acknowledged by the events stream", thousands(int64(rate)), Tick))
 	r.rep.Add(SecBaseline, "write path floor: watch p99 at the latency phase's rate", "ms", fw99, nil, "the same runs: publish → decoded by the watch feed")
+	r.rep.Add(SecBaseline, "write path floor: CPU per 1,000 events at the latency phase's rate", "ms", floorCPU, nil,
+		"the same runs: the floor process's CPU time (its publisher, embedded server and engine, every thread) from the first publish until the engine held the last event")
 	r.rep.Add(SecLatency, "EmitStream batch ack p50", "ms", sa50, nil, load)
 	r.rep.Add(SecLatency, "EmitStream batch ack p99", "ms", sa99, Below(50), "")
 	r.rep.Add(SecLatency, "Emit (unary, 1 event) ack p50", "ms", ua50, nil, "one call every 50 ms alongside the load")
@@ -622,6 +641,10 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 		"user + system time of the gateway's Go threads over each run ÷ events offered (the watchers' deliveries included)")
 	r.rep.Add(SecLatency, "gateway CPU per 1,000 events: engine", "ms", cpuEngine, nil,
 		"the same for the embedded ClickHouse's threads (inserts, merges, materialized views)")
+	r.rep.Add(SecLatency, "gateway CPU per event ÷ floor's", "ratio", cpuOfFloor, nil,
+		"the gateway's Go and engine CPU per event over the run ÷ the write path floor's at the same rate, same run")
+	r.rep.Add(SecLatency, "machine CPU in use during the run", "cores", busyCores, nil,
+		fmt.Sprintf("of %d: busy time of every process on the machine (/proc/stat) ÷ the run's wall time; the gateway with the bench's watchers and emitters", runtime.NumCPU()))
 }
 
 func (r *runner) storm(ctx context.Context, g *Gateway) {
