@@ -32,6 +32,9 @@ func benchEvents(n int) []*eventgatev1.Event {
 //     is touched once a second, so flushes come with 1 in 30 visits.
 //   - new-keys: every occurrence a key that is not tracked (a singleton
 //     written as Created), at the cap, so each one evicts the oldest.
+//   - new-keys-1000-tenants: the same, the keys spread over 1,000 tenants
+//     in turn (as the full-scale bench's workload), so each eviction takes
+//     the oldest of the tenant that tracks the most.
 func BenchmarkObserve(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
@@ -39,13 +42,21 @@ func BenchmarkObserve(b *testing.B) {
 		cap    int
 		budget int64
 		warm   bool
+		// tenants spreads the events over this many tenants, in turn.
+		tenants int
 	}{
 		{name: "series-100", keys: 100, warm: true},
 		{name: "series-100k", keys: 100_000, warm: true, budget: 1 << 30},
 		{name: "new-keys", keys: 200_000, cap: 100_000},
+		{name: "new-keys-1000-tenants", keys: 200_000, cap: 100_000, tenants: 1000},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			evs := benchEvents(bc.keys)
+			for i, ev := range evs {
+				if bc.tenants > 0 {
+					ev.Tenant.Name = "tenant-" + strconv.Itoa(i%bc.tenants)
+				}
+			}
 			raws := encodeAll(b, evs)
 			a, err := New(Config{MaxActive: bc.cap, MaxBytes: bc.budget})
 			if err != nil {

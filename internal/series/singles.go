@@ -2,7 +2,6 @@ package series
 
 import (
 	"cmp"
-	"container/heap"
 	"crypto/sha256"
 	"encoding/binary"
 	"hash/fnv"
@@ -181,11 +180,11 @@ func (s *singles) add(h hash128, tenant uint64, last int64, pos uint64, raw []by
 	if t == nil {
 		t = &tenantSingles{id: tenant}
 		s.tenants[tenant] = t
-		heap.Push(&s.largest, t)
+		s.largest.push(t)
 	}
 	t.idxs = append(t.idxs, idx)
 	t.live++
-	heap.Fix(&s.largest, t.hi)
+	s.largest.fix(t)
 	if c := (s.first + s.n) / ringChunk; c == len(s.chunks) {
 		s.chunks = append(s.chunks, make([]ringRec, ringChunk))
 	}
@@ -303,11 +302,11 @@ func (s *singles) remove(h hash128) {
 	r.h = hash128{}
 	t := s.tenants[r.tenant]
 	if t.live--; t.live == 0 {
-		heap.Remove(&s.largest, t.hi)
+		s.largest.remove(t.hi)
 		delete(s.tenants, r.tenant)
 		return
 	}
-	heap.Fix(&s.largest, t.hi)
+	s.largest.fix(t)
 }
 
 // evictable is the singleton the budget gives up first: the oldest of the
@@ -318,7 +317,7 @@ func (s *singles) evictable() (ringRec, bool) {
 	if len(s.largest) == 0 {
 		return ringRec{}, false
 	}
-	t := s.largest[0]
+	t := s.largest[0].t
 	for len(t.idxs) > 0 {
 		i := t.idxs[0]
 		if i >= s.headIdx {
@@ -461,32 +460,91 @@ func (x *hashIndex) rebuild(s *singles) {
 	}
 }
 
-// tenantHeap orders tenants by tracked singletons, most first.
-type tenantHeap []*tenantSingles
+// tenantHeap orders tenants by tracked singletons, most first (ties: the
+// lowest id). Its entries hold the order's keys beside the tenant, so that
+// comparisons read the array alone; the operations are container/heap's,
+// on the concrete type (no interface calls: a change of a tenant's count
+// at the memory budget, one eviction and one new singleton per event,
+// sifts through the heap of every tenant of the partition).
+type tenantHeap []tenantRank
 
-func (h tenantHeap) Len() int { return len(h) }
-func (h tenantHeap) Less(i, j int) bool {
+type tenantRank struct {
+	live int
+	id   uint64
+	t    *tenantSingles
+}
+
+func (h tenantHeap) less(i, j int) bool {
 	if h[i].live != h[j].live {
 		return h[i].live > h[j].live
 	}
 	return h[i].id < h[j].id
 }
-func (h tenantHeap) Swap(i, j int) {
+
+func (h tenantHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].hi = i
-	h[j].hi = j
+	h[i].t.hi = i
+	h[j].t.hi = j
 }
-func (h *tenantHeap) Push(x any) {
-	t := x.(*tenantSingles)
+
+func (h tenantHeap) up(j int) {
+	for {
+		i := (j - 1) / 2 // parent
+		if i == j || !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+func (h tenantHeap) down(i0, n int) bool {
+	i := i0
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 { // j1 < 0 after int overflow
+			break
+		}
+		j := j1 // left child
+		if j2 := j1 + 1; j2 < n && h.less(j2, j1) {
+			j = j2 // right child
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
+}
+
+// push adds t, which the heap does not hold.
+func (h *tenantHeap) push(t *tenantSingles) {
 	t.hi = len(*h)
-	*h = append(*h, t)
+	*h = append(*h, tenantRank{live: t.live, id: t.id, t: t})
+	h.up(t.hi)
 }
-func (h *tenantHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return t
+
+// fix restores the order after t.live changed.
+func (h tenantHeap) fix(t *tenantSingles) {
+	i := t.hi
+	h[i].live = t.live
+	if !h.down(i, len(h)) {
+		h.up(i)
+	}
+}
+
+// remove drops the entry at i.
+func (h *tenantHeap) remove(i int) {
+	n := len(*h) - 1
+	if n != i {
+		h.swap(i, n)
+		if !h.down(i, n) {
+			h.up(i)
+		}
+	}
+	(*h)[n] = tenantRank{}
+	*h = (*h)[:n]
 }
 
 // recent is a ring of the most recent singletons' encodings: a stream of
