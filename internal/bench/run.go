@@ -496,6 +496,13 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 		r.rep.Add(SecEmit, name+" accepted", "events/s", acc, nil, fmt.Sprintf("%v closed loop, %s; last run's outcomes %v", sc.EmitDuration, shape, outcomes))
 		r.rep.Add(SecEmit, name+" end to end (queryable)", "events/s", e2e, nil,
 			fmt.Sprintf("accepted ÷ time until Query's resourceVersion covered the last; drain after the last ack %s s", fmtRuns(drain)))
+		// Issue 16: the three runs of each throughput figure within 15% of
+		// each other (a rate that falls run after run misses it).
+		if len(e2e) > 1 {
+			lo, hi := slices.Min(e2e), slices.Max(e2e)
+			r.rep.Add(SecEmit, name+" end to end: spread of the runs", "%", []float64{100 * (hi - lo) / max(lo, 1)}, Below(15),
+				"(highest − lowest) ÷ lowest of the runs above")
+		}
 		if len(cpuGo) == len(acc) {
 			r.rep.Add(SecEmit, name+" gateway CPU per 1,000 events: Go", "ms", cpuGo, nil, "user + system time of the gateway's Go threads over the run and its drain ÷ events accepted")
 			r.rep.Add(SecEmit, name+" gateway CPU per 1,000 events: engine", "ms", cpuEngine, nil, "the same for the embedded ClickHouse's threads (inserts, merges, materialized views)")
