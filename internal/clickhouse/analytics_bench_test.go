@@ -48,6 +48,12 @@ type benchShape struct {
 	// raw writes the protobuf event, so that Query can list the store, and
 	// a metadata key (team, 50 values).
 	raw bool
+	// span is how far back the event times reach from generation (default
+	// 30 days).
+	span time.Duration
+	// first numbers the first event (default 0): events numbered apart
+	// have distinct uids and sequences.
+	first int
 }
 
 // generateAnalyticsData writes n events (and their series versions) in
@@ -57,9 +63,12 @@ func generateAnalyticsData(ctx context.Context, s *Store, n int, shape benchShap
 	if shape.bigTenant {
 		bigSQL = "obj % 2 = 0"
 	}
-	span := int64(30 * 24 * time.Hour / time.Microsecond)
-	step := span / int64(n) // microseconds between events
-	start := time.Now().Add(-30 * 24 * time.Hour).UnixMicro()
+	if shape.span <= 0 {
+		shape.span = 30 * 24 * time.Hour
+	}
+	span := int64(shape.span / time.Microsecond)
+	step := max(span/int64(n), 1) // microseconds between events
+	start := time.Now().Add(-shape.span).UnixMicro() - int64(shape.first)*step
 	with := []string{
 		"number AS n",
 		"n % 100000 AS obj",
@@ -106,7 +115,7 @@ func generateAnalyticsData(ctx context.Context, s *Store, n int, shape benchShap
 		values["raw"] = benchRawSQL()
 		values["metadata"] = "map('team', concat('team-', toString(obj % 50)))"
 	}
-	if err := insertGenerated(ctx, s, with, values, n, 100_000, " ARRAY JOIN if(is_series, [0, 1, 2], [0]) AS v"); err != nil {
+	if err := insertGenerated(ctx, s, with, values, shape.first, shape.first+n, 100_000, " ARRAY JOIN if(is_series, [0, 1, 2], [0]) AS v"); err != nil {
 		return err
 	}
 	return s.t.exec(ctx, "CREATE TABLE IF NOT EXISTS "+s.ddl.table("bench_generated")+" ENGINE = MergeTree ORDER BY n AS SELECT toUInt64("+strconv.Itoa(n)+") AS n", nil)

@@ -88,7 +88,7 @@ const benchKindSQL = "['Pod', 'Deployment', 'ReplicaSet', 'StatefulSet', 'Daemon
 // chunk numbers at a time: with are the derived columns (WITH), values the
 // event columns' expressions, suffix what follows FROM numbers (an ARRAY
 // JOIN).
-func insertGenerated(ctx context.Context, s *Store, with []string, values map[string]string, n, chunk int, suffix string) error {
+func insertGenerated(ctx context.Context, s *Store, with []string, values map[string]string, first, end, chunk int, suffix string) error {
 	var cols, exprs []string
 	for _, c := range eventColumns {
 		if v, ok := values[c.name]; ok {
@@ -96,8 +96,8 @@ func insertGenerated(ctx context.Context, s *Store, with []string, values map[st
 			exprs = append(exprs, v)
 		}
 	}
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
+	for lo := first; lo < end; lo += chunk {
+		hi := min(lo+chunk, end)
 		sql := "INSERT INTO " + s.events() + " (" + strings.Join(cols, ", ") + ")" +
 			" WITH " + strings.Join(with, ", ") +
 			" SELECT " + strings.Join(exprs, ", ") +
@@ -162,7 +162,7 @@ func generateBenchData(ctx context.Context, s *Store, n int) error {
 	}
 	// In chunks, as ingest would write them (parts then merge in the
 	// background).
-	return insertGenerated(ctx, s, with, values, n, 1_000_000, "")
+	return insertGenerated(ctx, s, with, values, 0, n, 1_000_000, "")
 }
 
 // benchRawSQL is a protobuf Event built in SQL from the aliases u, ename,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,11 +21,12 @@ import (
 // (EVENTGATE_TEST_CHDB_DIR) is reused.
 //
 //	EVENTGATE_BENCH_EVENTS=2000000 EVENTGATE_TEST_CHDB_DIR=/tmp/eg-dash go test -run '^$' -bench BenchmarkDashboard -benchtime 20x ./internal/clickhouse/
-var dbench struct {
+type dashStore struct {
 	once    sync.Once
 	err     error
 	store   *Store
 	n       int
+	busy    int
 	small   []query.TenantRef
 	end     time.Time
 	genTime time.Duration
@@ -32,71 +35,102 @@ var dbench struct {
 	rollupTime  time.Duration
 }
 
+var (
+	dbench = &dashStore{}
+	// dbusy is the dashboard store after an hour of heavy ingest:
+	// EVENTGATE_BENCH_BUSY_EVENTS (default 1,000,000) more events, of the
+	// same shape and tenants, whose times fall in the last hour (what a
+	// platform writing 300-3,000 events a second keeps in its newest hour).
+	dbusy = &dashStore{busy: benchBusyEvents()}
+)
+
+func benchBusyEvents() int {
+	if v := os.Getenv("EVENTGATE_BENCH_BUSY_EVENTS"); v != "" {
+		n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
+		if err == nil && n > 0 {
+			return n
+		}
+	}
+	return 1_000_000
+}
+
 var bigTenant = query.TenantRef{Type: "organization", Name: "big"}
 
-func setupDashboardBench(b *testing.B) {
-	dbench.once.Do(func() {
+func setupDashboardBench(b *testing.B) { dbench.setup(b) }
+
+func (d *dashStore) setup(b *testing.B) {
+	d.once.Do(func() {
 		ctx := context.Background()
 		n := benchEvents()
 		cfg := DefaultConfig()
 		cfg.Database = fmt.Sprintf("dashboard_bench_%d", n)
+		if d.busy > 0 {
+			cfg.Database = fmt.Sprintf("dashboard_busy_bench_%d_%d", n, d.busy)
+		}
 		cfg.RollupInterval = 0
 		s, err := OpenEngine(ctx, chtest.Engine(b), cfg, chtest.Logger(b))
 		if err != nil {
-			dbench.err = err
+			d.err = err
 			return
 		}
-		dbench.store, dbench.n = s, n
+		d.store, d.n = s, n
 		if err := s.t.exec(ctx, "SELECT n FROM "+s.ddl.table("bench_generated"), nil); err != nil {
 			start := time.Now()
 			for _, tbl := range []string{"events", "analytics_events", "analytics_series", "series_minute_totals", "event_minutes",
 				"analytics_hours", "rollup_marks", "rollup_built"} {
 				if err := s.t.exec(ctx, "TRUNCATE TABLE "+s.ddl.table(tbl), nil); err != nil {
-					dbench.err = err
+					d.err = err
 					return
 				}
 			}
 			if err := generateAnalyticsData(ctx, s, n, benchShape{bigTenant: true, raw: true}); err != nil {
-				dbench.err = err
+				d.err = err
 				return
 			}
-			dbench.genTime = time.Since(start)
+			if d.busy > 0 {
+				busy := benchShape{bigTenant: true, raw: true, span: time.Hour, first: n}
+				if err := generateAnalyticsData(ctx, s, d.busy, busy); err != nil {
+					d.err = err
+					return
+				}
+			}
+			d.genTime = time.Since(start)
 		}
 		waitMerges(ctx, s)
 		// The hourly rollups of a generated or migrated store.
 		start := time.Now()
 		if n, err := s.RollUp(ctx); err != nil {
-			dbench.err = err
+			d.err = err
 			return
 		} else if n > 0 {
-			dbench.rollupHours, dbench.rollupTime = n, time.Since(start)
+			d.rollupHours, d.rollupTime = n, time.Since(start)
 		}
 		var endUS int64
 		rs, err := s.t.query(ctx, "SELECT toInt64(toUnixTimestamp64Micro(max(event_time))) FROM "+s.analyticsEvents(), nil)
 		if err != nil {
-			dbench.err = err
+			d.err = err
 			return
 		}
 		for rs.Next() {
 			rs.Scan(&endUS)
 		}
 		rs.Close()
-		dbench.end = time.UnixMicro(endUS)
+		d.end = time.UnixMicro(endUS)
 		rs, err = s.t.query(ctx, "SELECT DISTINCT toString(tenant_type), toString(tenant_name) FROM "+s.analyticsEvents()+
 			" WHERE tenant_name != 'big' LIMIT 100", nil)
 		if err != nil {
-			dbench.err = err
+			d.err = err
 			return
 		}
 		for rs.Next() {
 			var t query.TenantRef
 			rs.Scan(&t.Type, &t.Name)
-			dbench.small = append(dbench.small, t)
+			d.small = append(d.small, t)
 		}
 		rs.Close()
 	})
-	if dbench.err != nil {
-		b.Fatal(dbench.err)
+	if d.err != nil {
+		b.Fatal(d.err)
 	}
 }
 
@@ -109,22 +143,43 @@ func setupDashboardBench(b *testing.B) {
 // per-minute tables alone (layout "minutes", the baseline) and with the
 // hourly rollups ("rollup").
 func BenchmarkDashboard(b *testing.B) {
-	setupDashboardBench(b)
-	s := dbench.store
-	if dbench.genTime > 0 {
-		b.Logf("generated %d events in %v", dbench.n, dbench.genTime.Round(time.Millisecond))
+	dbench.setup(b)
+	dbench.runNewest(b, []string{"events", "indexed"})
+	dbench.runAnalytics(b)
+}
+
+// BenchmarkDashboardBusyHour measures the newest-100 reads of
+// BenchmarkDashboard on the dashboard store after an hour of heavy
+// ingest (dbusy): its newest hour holds EVENTGATE_BENCH_BUSY_EVENTS events
+// over the same tenants, where the plain store's holds about 1/720 of its
+// events. The events layout (keys from the events table alone) is the
+// baseline.
+//
+//	EVENTGATE_BENCH_EVENTS=2000000 EVENTGATE_TEST_CHDB_DIR=/tmp/eg-dash go test -run '^$' -bench BenchmarkDashboardBusyHour -benchtime 20x ./internal/clickhouse/
+func BenchmarkDashboardBusyHour(b *testing.B) {
+	dbusy.setup(b)
+	dbusy.runNewest(b, []string{"events", "indexed"})
+	dbusy.runAnalytics(b)
+}
+
+// runNewest runs the newest-100 shapes of dashboardLists on d's store, in
+// each layout.
+func (d *dashStore) runNewest(b *testing.B, layouts []string) {
+	s := d.store
+	if d.genTime > 0 {
+		b.Logf("generated %d+%d events in %v", d.n, d.busy, d.genTime.Round(time.Millisecond))
 	}
-	if dbench.rollupHours > 0 {
-		b.Logf("rolled up %d hours in %v", dbench.rollupHours, dbench.rollupTime.Round(time.Millisecond))
+	if d.rollupHours > 0 {
+		b.Logf("rolled up %d hours in %v", d.rollupHours, d.rollupTime.Round(time.Millisecond))
 	}
 	logTables(b, s, "events", "analytics_events", "series_minute_totals", "event_minutes", "analytics_hours", "rollup_marks")
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(5, 6))
 	// A first page is read at the store's ingest floor: every stored version
 	// is at or below it.
-	rv := uint64(dbench.n)*3 + 3
-	lists := dashboardLists(rng, dbench.end)
-	for _, layout := range []string{"events", "indexed"} {
+	rv := uint64(d.n+d.busy)*3 + 3
+	lists := dashboardLists(rng, d.end)
+	for _, layout := range layouts {
 		for _, l := range lists {
 			b.Run("Newest100/"+l.name+"/"+layout, func(b *testing.B) {
 				s.eventsOnly = layout == "events"
@@ -135,7 +190,7 @@ func BenchmarkDashboard(b *testing.B) {
 					if l.f != nil {
 						q.Filter = l.f()
 					} else {
-						q.Scope = query.Scope{Tenants: []query.TenantRef{dbench.small[rng.IntN(len(dbench.small))]}}
+						q.Scope = query.Scope{Tenants: []query.TenantRef{d.small[rng.IntN(len(d.small))]}}
 					}
 					start := time.Now()
 					p, err := s.Query(ctx, q, rv)
@@ -149,7 +204,6 @@ func BenchmarkDashboard(b *testing.B) {
 			})
 		}
 	}
-	runDashboardAnalytics(b, s)
 }
 
 // dashboardList is one newest-100 shape of BenchmarkDashboard: a scope
@@ -339,7 +393,8 @@ func BenchmarkDashboardAnalyticsCold(b *testing.B) {
 	}
 }
 
-func runDashboardAnalytics(b *testing.B, s *Store) {
+func (d *dashStore) runAnalytics(b *testing.B) {
+	s := d.store
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 8))
 	scopes := map[string]query.Scope{"big": {Tenants: []query.TenantRef{bigTenant}}, "all": all}
@@ -350,7 +405,7 @@ func runDashboardAnalytics(b *testing.B, s *Store) {
 		for _, scName := range []string{"big", "all"} {
 			sc := scopes[scName]
 			q := func() query.Analytics {
-				until := dbench.end.Add(-time.Duration(rng.IntN(600)) * time.Second)
+				until := d.end.Add(-time.Duration(rng.IntN(600)) * time.Second)
 				return query.Analytics{Scope: sc, Filter: query.Filter{Since: until.Add(-w.d), Until: until}}
 			}
 			run := func(name string, f func(query.Analytics) (int64, error)) {

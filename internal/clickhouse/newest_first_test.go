@@ -15,7 +15,8 @@ import (
 )
 
 // TestNewestFirstFromIndexMatchesEventsTable lists, newest first, events
-// spread over 35 days, with second versions, in two tenants and with
+// spread over 35 days (bursts, gaps, and a clock ahead: the windows the
+// index is read in first fill, widen, or stay empty), with second versions, in two tenants and with
 // filters, page by page, and checks that every listing whose keys come from
 // analytics_events equals the one read from the events table alone, also as
 // of resourceVersions before some events and versions were stored: with the
@@ -34,7 +35,11 @@ func TestNewestFirstFromIndexMatchesEventsTable(t *testing.T) {
 		probed.probeRows = 5
 		auto := open(cfg)
 		now := time.Now()
-		hours := []float64{0.2, 1, 10, 47.9, 48, 48.1, 49, 60, 72.5, 80, 240, 24 * 35}
+		// Half an hour in the future (a sender's clock ahead), a burst of
+		// 18 events in 0.2 s six minutes ago (a window of candidates
+		// fills), then sparser.
+		hours := []float64{-0.5, 0.1, 0.10001, 0.10002, 0.10003, 0.10004, 0.10005,
+			0.2, 1, 10, 47.9, 48, 48.1, 49, 60, 72.5, 80, 240, 24 * 35}
 		var evs []*eventgatev1.Event
 		for i, h := range hours {
 			for j := range 3 {

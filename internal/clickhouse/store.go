@@ -73,6 +73,8 @@ type Store struct {
 	prewarmDone chan struct{}
 	// prewarmErr is the prewarm's error (read it after prewarmDone).
 	prewarmErr error
+	// newest is where newest-first listings start looking (list.go).
+	newest newestTime
 }
 
 // events is the quoted events table.
