@@ -45,14 +45,18 @@ type benchUID struct {
 	uid    string
 }
 
-func benchEvents() int {
-	if v := os.Getenv("EVENTGATE_BENCH_EVENTS"); v != "" {
+func benchEvents() int { return benchCount("EVENTGATE_BENCH_EVENTS", 10_000_000) }
+
+// benchCount is the positive count in the environment variable env
+// (underscores allowed), or def.
+func benchCount(env string, def int) int {
+	if v := os.Getenv(env); v != "" {
 		n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
 		if err == nil && n > 0 {
 			return n
 		}
 	}
-	return 10_000_000
+	return def
 }
 
 // varintSQL encodes an unsigned integer expression as a protobuf varint

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,18 +39,8 @@ var (
 	// EVENTGATE_BENCH_BUSY_EVENTS (default 1,000,000) more events, of the
 	// same shape and tenants, whose times fall in the last hour (what a
 	// platform writing 300-3,000 events a second keeps in its newest hour).
-	dbusy = &dashStore{busy: benchBusyEvents()}
+	dbusy = &dashStore{busy: benchCount("EVENTGATE_BENCH_BUSY_EVENTS", 1_000_000)}
 )
-
-func benchBusyEvents() int {
-	if v := os.Getenv("EVENTGATE_BENCH_BUSY_EVENTS"); v != "" {
-		n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
-		if err == nil && n > 0 {
-			return n
-		}
-	}
-	return 1_000_000
-}
 
 var bigTenant = query.TenantRef{Type: "organization", Name: "big"}
 
