@@ -32,6 +32,9 @@ func (c *Cluster) URL() string {
 	return strings.Join(urls, ",")
 }
 
+// pickPort picks a cluster port (tests replace it).
+var pickPort = freePort
+
 func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -43,13 +46,39 @@ func freePort(t testing.TB) int {
 }
 
 // StartCluster starts an n-node JetStream cluster and waits until it has a
-// meta leader. The nodes are shut down when the test ends.
+// meta leader. The nodes are shut down when the test ends. The cluster
+// ports are picked free before the nodes bind them, so another process may
+// take one in between (CI runs test packages side by side): a node that is
+// not ready is reported and the cluster is started again on new ports, up
+// to three times.
 func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	var err error
+	for range 3 {
+		var c *Cluster
+		if c, err = startCluster(t, n); err == nil {
+			t.Cleanup(c.shutdown)
+			c.waitMetaLeader(t)
+			return c
+		}
+		t.Logf("natstest: %v; starting the cluster again on new ports", err)
+	}
+	t.Fatalf("natstest: %v", err)
+	return nil
+}
+
+// readyWait bounds how long a node may take to listen: a loaded 2-core
+// machine running other test packages can take seconds.
+const readyWait = 30 * time.Second
+
+// startCluster starts the nodes and waits until each listens; on failure it
+// shuts down what it started.
+func startCluster(t testing.TB, n int) (*Cluster, error) {
 	t.Helper()
 	ports := make([]int, n)
 	var routes []*url.URL
 	for i := range ports {
-		ports[i] = freePort(t)
+		ports[i] = pickPort(t)
 		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
 	}
 	c := &Cluster{}
@@ -68,7 +97,8 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		s, err := server.NewServer(opts)
 		if err != nil {
-			t.Fatal(err)
+			c.shutdown()
+			return nil, err
 		}
 		if !opts.NoLog {
 			s.ConfigureLogger()
@@ -77,14 +107,41 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		c.Servers = append(c.Servers, s)
 		c.opts = append(c.opts, opts)
 	}
-	t.Cleanup(func() {
-		for _, s := range c.Servers {
-			s.Shutdown()
-			s.WaitForShutdown()
+	for _, s := range c.Servers {
+		if err := waitListening(s); err != nil {
+			c.shutdown()
+			return nil, err
 		}
-	})
-	c.waitMetaLeader(t)
-	return c
+	}
+	return c, nil
+}
+
+// waitListening waits until s listens for clients and routes. A node
+// listens for routes right after clients; one that does not within
+// routeGrace of that failed to bind its cluster port.
+func waitListening(s *server.Server) error {
+	const routeGrace = 3 * time.Second
+	var clientsSince time.Time
+	for deadline := time.Now().Add(readyWait); time.Now().Before(deadline); time.Sleep(25 * time.Millisecond) {
+		clients, routes := s.Addr() != nil, s.ClusterAddr() != nil
+		switch {
+		case clients && routes:
+			return nil
+		case !clients:
+		case clientsSince.IsZero():
+			clientsSince = time.Now()
+		case time.Since(clientsSince) > routeGrace:
+			return fmt.Errorf("node %s listens for clients but not for routes %v later (its cluster port was taken)", s.Name(), routeGrace)
+		}
+	}
+	return fmt.Errorf("node %s not listening after %v (clients: %v, routes: %v)", s.Name(), readyWait, s.Addr() != nil, s.ClusterAddr() != nil)
+}
+
+func (c *Cluster) shutdown() {
+	for _, s := range c.Servers {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
 }
 
 // Stop shuts node i down, as a lost node: its clients reconnect to the
@@ -108,7 +165,7 @@ func (c *Cluster) Restart(t testing.TB, i int) {
 	}
 	s.Start()
 	c.Servers[i] = s
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(readyWait) {
 		t.Fatalf("node %s not ready after restart", s.Name())
 	}
 	c.waitMetaLeader(t)
