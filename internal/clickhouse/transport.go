@@ -125,10 +125,21 @@ type rowBinary struct {
 	cur bool
 }
 
-var errShortRow = errors.New("clickhouse: truncated RowBinary result")
+var (
+	errShortRow     = errors.New("clickhouse: truncated RowBinary result")
+	errRowUnscanned = errors.New("clickhouse: Next before the previous row was scanned (RowBinary rows are found only by reading them)")
+)
 
+// Next reports whether a row follows. A row must be scanned before the
+// next Next: RowBinary carries no row lengths, so an unscanned row cannot
+// be skipped, and Next then stops with an error instead of finding the
+// same row forever.
 func (r *rowBinary) Next() bool {
 	if r.err != nil || len(r.b) == 0 {
+		return false
+	}
+	if r.cur {
+		r.err = errRowUnscanned
 		return false
 	}
 	r.cur = true
