@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
@@ -89,27 +90,63 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	var t transport
 	if cfg.DSN != "" {
-		gt, err := openGo(ctx, cfg.DSN, cfg.PoolSize)
+		t, err := openGo(ctx, cfg.DSN, cfg.PoolSize)
 		if err != nil {
 			return nil, err
 		}
-		t = gt
-	} else {
-		e, err := chdb.Open(chdb.Options{LibPath: cfg.ChDBLib, DataDir: cfg.DataDir, PoolSize: cfg.PoolSize,
-			InsertNice: cfg.IngestNice, BackgroundNice: cfg.IngestNice})
-		if err != nil {
-			if errors.Is(err, chdb.ErrLibraryNotFound) {
-				return nil, fmt.Errorf("clickhouse: the embedded engine is not available: %w "+
-					"(fetch it with `bash scripts/fetch-chdb.sh` or `make chdb`, set --chdb-lib / EVENTGATE_CHDB_LIB "+
-					"to an existing libchdb.so, or set --clickhouse-dsn to use a ClickHouse server)", err)
-			}
-			return nil, fmt.Errorf("clickhouse: open embedded engine: %w", err)
-		}
-		t = &chdbTransport{e: e, own: true}
+		return open(ctx, cfg, log, t)
 	}
-	return open(ctx, cfg, log, t)
+	return startEngine(ctx, log, engineStarts, func() (*Store, error) { return openEmbedded(ctx, cfg, log) })
+}
+
+// openEmbedded starts the embedded engine on cfg.DataDir and opens the
+// store on it; the store owns the engine.
+func openEmbedded(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
+	e, err := chdb.Open(chdb.Options{LibPath: cfg.ChDBLib, DataDir: cfg.DataDir, PoolSize: cfg.PoolSize,
+		InsertNice: cfg.IngestNice, BackgroundNice: cfg.IngestNice})
+	if err != nil {
+		if errors.Is(err, chdb.ErrLibraryNotFound) {
+			return nil, fmt.Errorf("clickhouse: the embedded engine is not available: %w "+
+				"(fetch it with `bash scripts/fetch-chdb.sh` or `make chdb`, set --chdb-lib / EVENTGATE_CHDB_LIB "+
+				"to an existing libchdb.so, or set --clickhouse-dsn to use a ClickHouse server)", err)
+		}
+		return nil, fmt.Errorf("clickhouse: open embedded engine: %w", err)
+	}
+	return open(ctx, cfg, log, &chdbTransport{e: e, own: true})
+}
+
+// engineStarts bounds how often Open starts the embedded engine.
+const engineStarts = 3
+
+// startEngine calls start until it succeeds, at most attempts times, again
+// only while it fails in a way a new start of the engine may not:
+// engineStartFailed. A failed start leaves no engine open (open closes the
+// engine it owns), so the next one starts the engine afresh.
+func startEngine(ctx context.Context, log *slog.Logger, attempts int, start func() (*Store, error)) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	for i := 1; ; i++ {
+		s, err := start()
+		if err == nil || i >= attempts || ctx.Err() != nil || !engineStartFailed(err) {
+			return s, err
+		}
+		log.Warn("clickhouse: the embedded engine failed to start; starting it again", "attempt", i, "error", err)
+	}
+}
+
+// engineStartFailed reports an error of the embedded engine's start that
+// another start may not meet: it refused the connection (chdb.ErrConnect),
+// or a table it loads failed to load (ASYNC_LOAD_WAIT_FAILED, seen once
+// after a process using the directory exited: "recursive_mutex lock
+// failed"; the next start was clean).
+func engineStartFailed(err error) bool {
+	if errors.Is(err, chdb.ErrConnect) {
+		return true
+	}
+	var ce *chdb.Error
+	return errors.As(err, &ce) && (ce.Code == chdb.CodeAsyncLoadWaitFailed || strings.Contains(ce.Message, "ASYNC_LOAD_WAIT_FAILED"))
 }
 
 // OpenEngine is Open on an embedded engine the caller already holds (the

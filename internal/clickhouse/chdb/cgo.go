@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 	"unsafe"
@@ -36,8 +37,14 @@ type conn struct {
 	c *C.eg_chdb_connection
 }
 
+// connect opens a connection to the engine on dataDir, starting the engine
+// when this process has none. The engine loads its tables while it starts
+// (async_load_databases off): loaded lazily, on the first statements that
+// need them, a table's load could fail with ASYNC_LOAD_WAIT_FAILED
+// ("recursive_mutex lock failed") when several statements waited for it at
+// once, and the table then stayed unusable in that process.
 func connect(dataDir string) (*conn, error) {
-	args := []string{"clickhouse", "--path=" + dataDir}
+	args := []string{"clickhouse", "--path=" + dataDir, "--async_load_databases=0"}
 	argv := C.malloc(C.size_t(len(args)) * C.size_t(unsafe.Sizeof(uintptr(0))))
 	defer C.free(argv)
 	av := unsafe.Slice((**C.char)(argv), len(args))
@@ -56,8 +63,8 @@ func connect(dataDir string) (*conn, error) {
 	c := C.eg_connect(C.int(len(args)), (**C.char)(argv), &changed)
 	lastConnectSignals = uint64(changed)
 	if c == nil {
-		return nil, errors.New("chdb: chdb_connect failed for path " + dataDir +
-			" (the engine allows one storage path per process, and the directory must be writable)")
+		return nil, fmt.Errorf("%w for path %s (the engine allows one storage path per process, and the directory must be writable)",
+			ErrConnect, dataDir)
 	}
 	return &conn{c: c}, nil
 }

@@ -43,6 +43,14 @@ var ErrLibraryNotFound = errors.New("chDB library libchdb.so not found: run scri
 // ErrClosed is returned by statements on an Engine that has been closed.
 var ErrClosed = errors.New("chdb: engine closed")
 
+// ErrConnect is returned by Open when the engine refused a connection: it
+// failed to start on the directory (the engine writes why to stderr).
+var ErrConnect = errors.New("chdb: chdb_connect failed")
+
+// CodeAsyncLoadWaitFailed is the engine's error code ASYNC_LOAD_WAIT_FAILED:
+// a statement needed a table whose load failed.
+const CodeAsyncLoadWaitFailed = 695
+
 // Error is an error reported by the engine for a statement.
 type Error struct {
 	// Code is the ClickHouse error code ("Code: 60. DB::Exception: …"), or

@@ -442,3 +442,26 @@ func TestQuoteIdentifier(t *testing.T) {
 		t.Error("NUL accepted")
 	}
 }
+
+// The engine loads its tables while it starts, not on the first statements
+// that need them (see connect): started again on a directory with a
+// table, it answers for the table at once, with async_load_databases off.
+func TestEngineLoadsTablesWhenItStarts(t *testing.T) {
+	e := engine(t)
+	ctx := context.Background()
+	mustExec(t, e, "CREATE TABLE IF NOT EXISTS default.loaded_at_start (a UInt64) ENGINE = MergeTree ORDER BY a")
+	mustExec(t, e, "INSERT INTO default.loaded_at_start VALUES (1), (2)")
+	// Stop the engine (the process's only one) and start it again.
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testEngine, testOpenErr = Open(Options{DataDir: testDataDir})
+	e = engine(t)
+	out, err := e.Query(ctx, "SELECT value FROM system.server_settings WHERE name = 'async_load_databases'", "TSV")
+	if err != nil || string(out) != "0\n" {
+		t.Fatalf("async_load_databases = %q (%v), want 0", out, err)
+	}
+	if out, err := e.Query(ctx, "SELECT count() FROM default.loaded_at_start", "TSV"); err != nil || string(out) != "2\n" {
+		t.Fatalf("table after the restart: %q %v", out, err)
+	}
+}
