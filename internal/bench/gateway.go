@@ -278,6 +278,14 @@ func (g *Gateway) Metric(ctx context.Context, name string) (float64, error) {
 	return 0, fmt.Errorf("metric %s not exported", name)
 }
 
+// GCCPU is the processor time the gateway's Go collector has taken so far,
+// the runtime's estimate (go_cpu_classes_gc_total_cpu_seconds_total on
+// /metrics; updated at the end of each collection).
+func (g *Gateway) GCCPU(ctx context.Context) (time.Duration, error) {
+	s, err := g.Metric(ctx, "go_cpu_classes_gc_total_cpu_seconds_total")
+	return time.Duration(s * float64(time.Second)), err
+}
+
 // Stop ends the gateway gracefully (SIGTERM), killing it after a minute.
 func (g *Gateway) Stop() error {
 	if g.nc != nil {

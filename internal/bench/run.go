@@ -146,6 +146,10 @@ func (r *runner) logStages(before, after map[string][2]float64) {
 
 func (r *runner) want(section string) bool { return len(r.cfg.Only) == 0 || r.cfg.Only[section] }
 
+// collectorNote explains the "Go collector" rows of the emit and latency
+// sections.
+const collectorNote = "the Go runtime's estimate of its garbage collector's processor time over the run (go_cpu_classes_gc_total_cpu_seconds_total), part of the Go row"
+
 // Run runs the whole suite and returns the report. It is the suite's table
 // of contents, kept in one piece: the sections in the order they must run
 // (the store before the gateway starts, the capacity before the latency,
@@ -474,11 +478,12 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 		if mode != ModeStream && !r.want("emit") {
 			continue
 		}
-		var acc, e2e, eff, ofFloor, drain, cpuGo, cpuEngine []float64
+		var acc, e2e, eff, ofFloor, drain, cpuGo, cpuEngine, cpuGC []float64
 		var failed error
 		var outcomes map[string]int
 		for i := 0; i < sc.Runs; i++ {
 			cpu0, cpuErr := g.CPU()
+			gc0, gcErr := g.GCCPU(ctx)
 			// With -profile, each EmitStream run is sampled (pprof): what
 			// costs more per event from one run to the next.
 			var profiled chan error
@@ -504,6 +509,9 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 				// whether that cost grows from run to run.
 				used, k := cpu1.Sub(cpu0), float64(t.Accepted)/1000
 				cpuGo, cpuEngine = append(cpuGo, used.Go.Seconds()*1000/k), append(cpuEngine, used.Engine.Seconds()*1000/k)
+				if gc1, err := g.GCCPU(ctx); err == nil && gcErr == nil {
+					cpuGC = append(cpuGC, (gc1-gc0).Seconds()*1000/k)
+				}
 			}
 			acc = append(acc, t.Accept)
 			e2e = append(e2e, t.EndToEnd)
@@ -543,6 +551,9 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 			r.rep.Add(SecEmit, name+" gateway CPU per 1,000 events: Go", "ms", cpuGo, nil, "user + system time of the gateway's Go threads over the run and its drain ÷ events accepted")
 			r.rep.Add(SecEmit, name+" gateway CPU per 1,000 events: engine", "ms", cpuEngine, nil, "the same for the embedded ClickHouse's threads (inserts, merges, materialized views)")
 		}
+		if len(cpuGC) == len(acc) {
+			r.rep.Add(SecEmit, name+" gateway CPU per 1,000 events: Go collector", "ms", cpuGC, nil, collectorNote)
+		}
 		var goal *Goal
 		if mode == ModeStream {
 			goal = AtLeast(0.5) // issue 16
@@ -575,7 +586,7 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 	defer ws.Stop()
 	var nats50, nats99, sa50, sa99, ua50, ua99, w50, w99, q50, q99, ratio []float64
 	var fa99, fw99, saFloor, uaFloor, wFloor, cpuGo, cpuEngine []float64
-	var busyCores, floorCPU, cpuOfFloor []float64
+	var busyCores, floorCPU, cpuOfFloor, cpuGC []float64
 	var notes []string
 	for i := 0; i < sc.Runs; i++ {
 		nl, err := NATSFanout(ctx, g.NATSURL, sc.Watchers, 10, rate, 600, sc.LatencyDuration)
@@ -585,6 +596,7 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 		}
 		nats50, nats99 = append(nats50, Percentile(nl, 0.5)), append(nats99, Percentile(nl, 0.99))
 		cpu0, cpuErr := g.CPU()
+		gc0, gcErr := g.GCCPU(ctx)
 		busy0, busyErr := MachineBusy()
 		start := time.Now()
 		l, err := RunLatency(ctx, g, ws, NewWorkload("lat"+strconv.Itoa(i)), rate, sc.LatencyDuration)
@@ -600,6 +612,9 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 			cpuGo = append(cpuGo, used.Go.Seconds()*1000/k)
 			cpuEngine = append(cpuEngine, used.Engine.Seconds()*1000/k)
 			gwCPU = (used.Go + used.Engine).Seconds() * 1000 / k
+			if gc1, err := g.GCCPU(ctx); err == nil && gcErr == nil {
+				cpuGC = append(cpuGC, (gc1-gc0).Seconds()*1000/k)
+			}
 		}
 		// How much of the machine the run used, everything on it together
 		// (the gateway, the bench's watchers and emitters): the tails of a
@@ -684,6 +699,9 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 		"user + system time of the gateway's Go threads over each run ÷ events offered (the watchers' deliveries included)")
 	r.rep.Add(SecLatency, "gateway CPU per 1,000 events: engine", "ms", cpuEngine, nil,
 		"the same for the embedded ClickHouse's threads (inserts, merges, materialized views)")
+	if len(cpuGC) == len(cpuGo) {
+		r.rep.Add(SecLatency, "gateway CPU per 1,000 events: Go collector", "ms", cpuGC, nil, collectorNote)
+	}
 	r.rep.Add(SecLatency, "gateway CPU per event ÷ floor's", "ratio", cpuOfFloor, nil,
 		"the gateway's Go and engine CPU per event over the run ÷ the write path floor's at the same rate, same run")
 	r.rep.Add(SecLatency, "machine CPU in use during the run", "cores", busyCores, nil,

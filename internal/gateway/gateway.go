@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"time"
 
@@ -126,7 +127,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 			partial.Close()
 		}
 	}()
-	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	g.registry.MustRegister(newGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	if err := g.startTelemetry(ctx, o); err != nil {
 		return nil, err
@@ -655,6 +656,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	return g.Serve(ctx, grpcLis, httpLis)
+}
+
+// newGoCollector exports the Go runtime's metrics, and beside the default
+// ones the processor time by class (go_cpu_classes_*_cpu_seconds_total):
+// how much of the process's CPU the garbage collector takes
+// (go_cpu_classes_gc_total_cpu_seconds_total), which the soft memory limit
+// trades against memory.
+func newGoCollector() prometheus.Collector {
+	return collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/`)}))
 }
 
 // serveDebug serves Go's pprof profiles on addr, which must be a loopback
