@@ -205,7 +205,7 @@ func (g *Gateway) startLog(ctx context.Context) error {
 			return fmt.Errorf("data dir: %w", err)
 		}
 		dir, _ := filepath.Abs(cfg.DataDir)
-		if g.ns, err = ejs.Embedded(dir, cfg.NATS.Listen); err != nil {
+		if g.ns, err = ejs.EmbeddedStore(dir, cfg.NATS.Listen, cfg.NATS.MaxStore); err != nil {
 			return err
 		}
 		log.Info("embedded NATS JetStream started", "store", filepath.Join(dir, "jetstream"), "listen", cfg.NATS.Listen)
@@ -221,7 +221,22 @@ func (g *Gateway) startLog(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := ejs.EnsureStream(sctx, g.js, eventsStreamConfig(cfg)); err != nil {
+	scfg := eventsStreamConfig(cfg)
+	// The embedded server reserves the stream's size limit in its store,
+	// which is 75% of the free disk by default: on a small disk the
+	// default limit (10 GiB) would stop the gateway from starting.
+	if fitted, left, ok := ejs.FitMaxBytes(sctx, g.js, g.ns, scfg); ok {
+		log.Warn("the events stream's size limit does not fit the embedded JetStream store; the stream keeps less "+
+			"(free disk space under --data-dir, or set --stream-max-bytes or --nats-max-store)",
+			"stream_max_bytes", scfg.MaxBytes, "store_left_bytes", left, "max_bytes", fitted.MaxBytes)
+		scfg = fitted
+	}
+	if _, err := ejs.EnsureStream(sctx, g.js, scfg); err != nil {
+		if ejs.StorageExhausted(err) {
+			return fmt.Errorf("%w: the NATS server's store cannot hold the events stream's size limit, --stream-max-bytes %d; "+
+				"free disk space where it stores streams, or lower --stream-max-bytes (-1 reserves nothing: --stream-max-age bounds the stream)",
+				err, scfg.MaxBytes)
+		}
 		return err
 	}
 	g.hub, err = watch.Start(sctx, g.paths.watch.js, cfg.NATS.Stream, log, watch.NewMetrics(g.registry), watch.OfReplica(g.replica.ID))

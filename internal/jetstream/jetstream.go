@@ -35,6 +35,10 @@ type Config struct {
 	Duplicates time.Duration `yaml:"duplicates"`
 	// Replicas of the stream (1 for a single server, 3 in a cluster).
 	Replicas int `yaml:"replicas"`
+	// MaxStore, for the embedded server, bounds the bytes its JetStream
+	// store may use (0: the server's default, 75% of the disk space free
+	// under the data directory when it starts).
+	MaxStore int64 `yaml:"maxStore"`
 }
 
 // DefaultConfig returns the defaults: embedded server, stream EVENTS keeping
@@ -55,13 +59,21 @@ const SubjectsAll = "events.>"
 // Embedded starts an in-process NATS server with JetStream on file storage
 // under dataDir. It accepts no network clients unless listen is set.
 func Embedded(dataDir, listen string) (*server.Server, error) {
+	return EmbeddedStore(dataDir, listen, 0)
+}
+
+// EmbeddedStore is Embedded with the JetStream store bounded to maxStore
+// bytes (0: the server's default, 75% of the disk space free under dataDir
+// when it starts).
+func EmbeddedStore(dataDir, listen string, maxStore int64) (*server.Server, error) {
 	opts := &server.Options{
-		ServerName: "eventgate-embedded",
-		JetStream:  true,
-		StoreDir:   filepath.Join(dataDir, "jetstream"),
-		NoSigs:     true,
-		NoLog:      true,
-		DontListen: listen == "",
+		ServerName:        "eventgate-embedded",
+		JetStream:         true,
+		JetStreamMaxStore: maxStore,
+		StoreDir:          filepath.Join(dataDir, "jetstream"),
+		NoSigs:            true,
+		NoLog:             true,
+		DontListen:        listen == "",
 	}
 	if listen != "" {
 		host, port, err := splitHostPort(listen)
@@ -137,6 +149,53 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jets
 		return nil, fmt.Errorf("ensure stream %s: %w", cfg.Stream, err)
 	}
 	return s, nil
+}
+
+// minFittedBytes is the smallest size limit FitMaxBytes lowers a stream to:
+// below it the store is too small to be of use, and the stream's creation
+// fails instead (StorageExhausted).
+const minFittedBytes = 64 << 20
+
+// FitMaxBytes fits cfg.MaxBytes to the store of ns, an embedded server, which
+// reserves a stream's MaxBytes when it creates the stream and refuses it
+// when its store cannot hold that much (75% of the free disk by default).
+// When it cannot, the limit becomes half of what the store has left for the
+// stream (the rest is for the streams without a limit: the intake's and
+// the key-value buckets'), but never less than the stream, if it exists,
+// already has: lowering an existing stream's limit would discard events
+// the ingest may not have stored yet. It reports whether it lowered the
+// limit and what the store had left; a store with less than 128 MiB left is
+// not fitted.
+func FitMaxBytes(ctx context.Context, js jetstream.JetStream, ns *server.Server, cfg Config) (Config, int64, bool) {
+	if ns == nil || cfg.MaxBytes <= 0 {
+		return cfg, 0, false
+	}
+	jc := ns.JetStreamConfig()
+	_, reserved, err := ns.JetStreamReservedResources()
+	if jc == nil || err != nil {
+		return cfg, 0, false
+	}
+	var own int64 // what the stream reserves already
+	if st, err := js.Stream(ctx, cfg.Stream); err == nil {
+		own = max(st.CachedInfo().Config.MaxBytes, 0)
+	}
+	left := jc.MaxStore - (reserved - own)
+	if cfg.MaxBytes <= left {
+		return cfg, left, false
+	}
+	fit := max(left/2, own)
+	if fit < minFittedBytes || fit >= cfg.MaxBytes {
+		return cfg, left, false
+	}
+	cfg.MaxBytes = fit
+	return cfg, left, true
+}
+
+// StorageExhausted reports a server's refusal to reserve a stream's
+// MaxBytes: its store has less left (JetStream error 10047).
+func StorageExhausted(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.ErrorCode(10047)
 }
 
 func splitHostPort(hp string) (string, int, error) {

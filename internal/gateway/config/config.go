@@ -175,6 +175,11 @@ func (c Config) Validate() error {
 	if c.NATS.Stream == "" || strings.ContainsAny(c.NATS.Stream, ".*> \t") {
 		errs = append(errs, fmt.Errorf("stream name %q is not a valid JetStream stream name", c.NATS.Stream))
 	}
+	if c.NATS.MaxStore < 0 {
+		errs = append(errs, fmt.Errorf("nats-max-store must be 0 (75%% of the free disk) or a number of bytes, got %d", c.NATS.MaxStore))
+	} else if c.NATS.MaxStore > 0 && c.NATS.URL != "" {
+		errs = append(errs, fmt.Errorf("nats-max-store bounds the embedded server's store; with --nats-url the server's own configuration does"))
+	}
 	if c.NATS.Replicas < 1 || c.NATS.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("stream-replicas must be 1..5, got %d", c.NATS.Replicas))
 	}
@@ -275,7 +280,8 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.StringVar(&c.NATS.Listen, "nats-listen", c.NATS.Listen, "also accept NATS clients on this host:port (embedded server only)")
 	fs.StringVar(&c.NATS.Stream, "stream", c.NATS.Stream, "JetStream stream name")
 	fs.DurationVar(&c.NATS.MaxAge, "stream-max-age", c.NATS.MaxAge, "how long the stream keeps events (0: forever)")
-	fs.Int64Var(&c.NATS.MaxBytes, "stream-max-bytes", c.NATS.MaxBytes, "stream size limit in bytes (-1: unbounded)")
+	fs.Int64Var(&c.NATS.MaxBytes, "stream-max-bytes", c.NATS.MaxBytes, "stream size limit in bytes (-1: unbounded); the embedded server lowers it, with a warning, when its store cannot hold it")
+	fs.Int64Var(&c.NATS.MaxStore, "nats-max-store", c.NATS.MaxStore, "bytes the embedded server's JetStream store may use (0: 75% of the disk space free under --data-dir at start)")
 	fs.DurationVar(&c.NATS.Duplicates, "stream-duplicates", c.NATS.Duplicates, "window in which a retried idempotency key is not stored twice")
 	fs.IntVar(&c.NATS.Replicas, "stream-replicas", c.NATS.Replicas, "stream replicas (3 in a NATS cluster)")
 	fs.BoolVar(&c.Series, "series", c.Series, "aggregate isomorphic repeats into event series on the server")
