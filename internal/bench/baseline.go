@@ -74,7 +74,9 @@ func JetStreamPublish(ctx context.Context, dir string, total int) (float64, erro
 	if err != nil {
 		return 0, err
 	}
-	if _, err := ejs.EnsureStream(ctx, js, ejs.DefaultConfig()); err != nil {
+	// As the gateway does: on a small disk the stream's limit is lowered.
+	scfg, _, _ := ejs.FitMaxBytes(ctx, js, ns, ejs.DefaultConfig())
+	if _, err := ejs.EnsureStream(ctx, js, scfg); err != nil {
 		return 0, err
 	}
 	evs, raws, err := normalized(min(total, 20_000), "js")

@@ -211,7 +211,9 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 		defer nc.Close()
 		js[i] = j
 	}
-	events, err := ejs.EnsureStream(ctx, js[0], ejs.DefaultConfig())
+	// As the gateway does: on a small disk the stream's limit is lowered.
+	scfg, _, _ := ejs.FitMaxBytes(ctx, js[0], ns, ejs.DefaultConfig())
+	events, err := ejs.EnsureStream(ctx, js[0], scfg)
 	if err != nil {
 		return nil, err
 	}
