@@ -76,7 +76,7 @@ func JetStreamPublish(ctx context.Context, dir string, total int) (float64, erro
 	}
 	// As the gateway does: on a small disk the stream's limit is lowered.
 	scfg, _, _ := ejs.FitMaxBytes(ctx, js, ns, ejs.DefaultConfig())
-	if _, err := ejs.EnsureStream(ctx, js, scfg); err != nil {
+	if _, err := ejs.EnsureStream(ctx, js, scfg, nil); err != nil {
 		return 0, err
 	}
 	evs, raws, err := normalized(min(total, 20_000), "js")

@@ -213,7 +213,7 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 	}
 	// As the gateway does: on a small disk the stream's limit is lowered.
 	scfg, _, _ := ejs.FitMaxBytes(ctx, js[0], ns, ejs.DefaultConfig())
-	events, err := ejs.EnsureStream(ctx, js[0], scfg)
+	events, err := ejs.EnsureStream(ctx, js[0], scfg, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -57,7 +57,7 @@ func BenchmarkFanoutFloor(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := ejs.EnsureStream(ctx, js, cfg); err != nil {
+	if _, err := ejs.EnsureStream(ctx, js, cfg, nil); err != nil {
 		b.Fatal(err)
 	}
 	hub, err := watch.Start(ctx, js, cfg.Stream, slog.New(slog.DiscardHandler), nil)

@@ -231,11 +231,10 @@ func (g *Gateway) startLog(ctx context.Context) error {
 			"stream_max_bytes", scfg.MaxBytes, "store_left_bytes", left, "max_bytes", fitted.MaxBytes)
 		scfg = fitted
 	}
-	if _, err := ejs.EnsureStream(sctx, g.js, scfg); err != nil {
+	if _, err := ejs.EnsureStream(sctx, g.js, scfg, g.log); err != nil {
 		if ejs.StorageExhausted(err) {
 			return fmt.Errorf("%w: the NATS server's store cannot hold the events stream's size limit, --stream-max-bytes %d; "+
-				"free disk space where it stores streams, or lower --stream-max-bytes (-1 reserves nothing: --stream-max-age bounds the stream); "+
-				"once the stream exists, the server changes no stream while its limit is more than the store (embedded server: raise --nats-max-store)",
+				"free disk space where it stores streams, or lower --stream-max-bytes (-1 reserves nothing: --stream-max-age bounds the stream)",
 				err, scfg.MaxBytes)
 		}
 		return err

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -58,5 +59,32 @@ func TestStoreTooSmallForTheEventsStreamNamesTheFix(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("start error does not mention %q: %v", want, err)
 		}
+	}
+}
+
+// A gateway restarted on a store that became smaller than its streams'
+// limits (the disk filled up since they were created) starts: the server
+// then changes no stream, so the gateway keeps its streams and buckets as
+// they are, and events go through while the store has room.
+func TestStoreShrunkBelowTheEventsStreamStillStarts(t *testing.T) {
+	dir := t.TempDir()
+	for start, store := range []int64{1 << 30, 256 << 20} {
+		tg := startGatewayWith(t, dir, func(c *config.Config) { c.NATS.MaxStore = store })
+		st, err := tg.js.Stream(context.Background(), tg.cfg.NATS.Stream)
+		if err != nil {
+			tg.stop()
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config.MaxBytes; got != 512<<20 {
+			tg.stop()
+			t.Fatalf("start %d (store %d): the events stream's MaxBytes is %d, want %d", start+1, store, got, 512<<20)
+		}
+		name := fmt.Sprintf("shrunk-store-%d", start)
+		res := emit(t, tg.client, testEvent("Shrunk", "Job", "ns", name))
+		if len(res) != 1 || res[0].GetResourceVersion() == "" {
+			tg.stop()
+			t.Fatalf("start %d: emit: %v", start+1, res)
+		}
+		tg.stop()
 	}
 }

@@ -97,7 +97,7 @@ func startNATS(t testing.TB) *natsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := egjs.EnsureStream(context.Background(), js, cfg); err != nil {
+	if _, err := egjs.EnsureStream(context.Background(), js, cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	return &natsEnv{js: js, stream: cfg.Stream}

@@ -94,7 +94,7 @@ func ensureEventsWindow(t testing.TB, js jetstream.JetStream, replicas int, wind
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := ejs.EnsureStream(ctx, js, cfg); err != nil {
+	if _, err := ejs.EnsureStream(ctx, js, cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -234,7 +234,7 @@ func start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 // ensureStreams creates or updates the intake stream and the checkpoint
 // bucket, and looks up the events stream the owners write.
 func ensureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) (st, es jetstream.Stream, kv jetstream.KeyValue, err error) {
-	st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	st, err = ejs.CreateOrUpdateStream(ctx, js, jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "eventgate intake: every accepted occurrence, partitioned by series key, until its partition's owner checkpoints",
 		Subjects:    []string{cfg.SubjectPrefix + ".>"},
@@ -245,7 +245,7 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 		Duplicates:  cfg.Duplicates,
 		Replicas:    cfg.Replicas,
 		AllowDirect: true,
-	})
+	}, log)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("ensure intake stream %s: %w", cfg.Stream, err)
 	}
@@ -257,13 +257,13 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 		log.Warn("the events stream's duplicate window is shorter than a takeover: the writes a deposed owner still has in flight may be stored twice",
 			"stream", cfg.EventsStream, "duplicates", es.CachedInfo().Config.Duplicates, "want", need)
 	}
-	kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err = ejs.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.Bucket,
 		Description: "eventgate series: one checkpoint per intake partition",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
-	})
+	}, log)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("ensure checkpoint bucket %s: %w", cfg.Bucket, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"time"
@@ -129,8 +130,10 @@ func NewJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 	return js, nil
 }
 
-// EnsureStream creates the events stream or updates it to cfg.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+// EnsureStream creates the events stream or updates it to cfg (as
+// CreateOrUpdateStream: on a store too small to change it, the stream is
+// kept as it is and log, slog.Default() if nil, warns).
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) (jetstream.Stream, error) {
 	sc := jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "eventgate events: events.<tenant_type>.<tenant_name>.<group_Kind>.<namespace>._ (reserved)",
@@ -144,7 +147,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jets
 		Replicas:    max(cfg.Replicas, 1),
 		AllowDirect: true,
 	}
-	s, err := js.CreateOrUpdateStream(ctx, sc)
+	s, err := CreateOrUpdateStream(ctx, js, sc, log)
 	if err != nil {
 		return nil, fmt.Errorf("ensure stream %s: %w", cfg.Stream, err)
 	}

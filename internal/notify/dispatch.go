@@ -117,7 +117,7 @@ func Start(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, engine *r
 	}
 	d := &Dispatcher{cfg: cfg, js: js, engine: engine, store: store, log: log.With("component", "notify"),
 		notify: engine.Stream(), onPause: onPause, sender: s}
-	if d.logS, err = ensureLog(ctx, js, cfg.Retention, cfg.Replicas); err != nil {
+	if d.logS, err = ensureLog(ctx, js, cfg.Retention, cfg.Replicas, d.log); err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())

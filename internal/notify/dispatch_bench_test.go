@@ -59,7 +59,7 @@ func newBenchRig(b *testing.B, nrules int, url string) *benchRig {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := ejs.EnsureStream(ctx, r.js, ejs.DefaultConfig()); err != nil {
+	if _, err := ejs.EnsureStream(ctx, r.js, ejs.DefaultConfig(), nil); err != nil {
 		b.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/notify/delivery"
 	"github.com/eventgate/eventgate/internal/rules"
 )
@@ -53,8 +55,8 @@ type (
 	Delivery = delivery.Delivery
 )
 
-func ensureLog(ctx context.Context, js jetstream.JetStream, retention time.Duration, replicas int) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+func ensureLog(ctx context.Context, js jetstream.JetStream, retention time.Duration, replicas int, log *slog.Logger) (jetstream.Stream, error) {
+	s, err := ejs.CreateOrUpdateStream(ctx, js, jetstream.StreamConfig{
 		Name:              LogStream,
 		Description:       "delivery attempts of eventgate rules' notifications, one subject per rule",
 		Subjects:          []string{logSubjects},
@@ -62,7 +64,7 @@ func ensureLog(ctx context.Context, js jetstream.JetStream, retention time.Durat
 		MaxMsgsPerSubject: maxLogPerRule,
 		Storage:           jetstream.FileStorage,
 		Replicas:          max(replicas, 1),
-	})
+	}, log)
 	if err != nil {
 		return nil, fmt.Errorf("delivery log stream: %w", err)
 	}

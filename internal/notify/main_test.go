@@ -90,7 +90,7 @@ func newEnv(t *testing.T) *testEnv {
 	for _, b := range []string{"eventgate_rules", "eventgate_rules_state", "eventgate_rules_leases"} {
 		_ = e.pub.DeleteKeyValue(ctx, b)
 	}
-	if err := retryStore(func() error { _, err := ejs.EnsureStream(ctx, e.pub, ejs.DefaultConfig()); return err }); err != nil {
+	if err := retryStore(func() error { _, err := ejs.EnsureStream(ctx, e.pub, ejs.DefaultConfig(), nil); return err }); err != nil {
 		t.Fatal(err)
 	}
 	e.rcfg = rules.DefaultConfig()

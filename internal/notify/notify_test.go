@@ -433,7 +433,7 @@ func TestRulesOnAReplicatedCluster(t *testing.T) {
 	defer cancel()
 	scfg := ejs.DefaultConfig()
 	scfg.Replicas = 3
-	if _, err := ejs.EnsureStream(ctx, js, scfg); err != nil {
+	if _, err := ejs.EnsureStream(ctx, js, scfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)

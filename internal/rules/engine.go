@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
 )
 
 // Config configures the evaluation of rules.
@@ -145,7 +147,7 @@ func Start(ctx context.Context, js jetstream.JetStream, feed Feed, store *Store,
 	if e.events, err = js.Stream(ctx, cfg.EventsStream); err != nil {
 		return nil, fmt.Errorf("rules: events stream %s: %w", cfg.EventsStream, err)
 	}
-	if e.notify, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	if e.notify, err = ejs.CreateOrUpdateStream(ctx, js, jetstream.StreamConfig{
 		Name:        NotifyStream,
 		Description: "notifications of eventgate rules, one subject per rule; each rule's delivery consumes its subject",
 		Subjects:    []string{NotifySubjects},
@@ -154,18 +156,18 @@ func Start(ctx context.Context, js jetstream.JetStream, feed Feed, store *Store,
 		Duplicates:  cfg.Duplicates,
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(cfg.Replicas, 1),
-	}); err != nil {
+	}, e.log); err != nil {
 		return nil, fmt.Errorf("rules: notifications stream: %w", err)
 	}
-	if e.states, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if e.states, err = ejs.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: cfg.StateBucket, Description: "eventgate rules: each shard's evaluation checkpoint", History: 1, Replicas: max(cfg.Replicas, 1),
-	}); err != nil {
+	}, e.log); err != nil {
 		return nil, fmt.Errorf("rules: state bucket: %w", err)
 	}
-	if e.leases, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if e.leases, err = ejs.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: cfg.LeaseBucket, Description: "eventgate rules: which replica evaluates each shard", History: 1,
 		TTL: cfg.LeaseTTL, Replicas: max(cfg.Replicas, 1),
-	}); err != nil {
+	}, e.log); err != nil {
 		return nil, fmt.Errorf("rules: lease bucket: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())

@@ -68,7 +68,7 @@ func benchFeed(b *testing.B, nrules int) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := ejs.EnsureStream(ctx, js, ejs.DefaultConfig()); err != nil {
+	if _, err := ejs.EnsureStream(ctx, js, ejs.DefaultConfig(), nil); err != nil {
 		b.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/rules/rule"
 )
 
@@ -32,12 +33,12 @@ type Store struct {
 
 // OpenStore ensures the bucket and starts following it.
 func OpenStore(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, log *slog.Logger) (*Store, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := ejs.CreateOrUpdateKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "eventgate rules, one key per tenant's rule",
 		History:     1,
 		Replicas:    max(replicas, 1),
-	})
+	}, log)
 	if err != nil {
 		return nil, fmt.Errorf("rules bucket %s: %w", bucket, err)
 	}

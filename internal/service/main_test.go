@@ -57,7 +57,7 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if env.stream, err = ejs.EnsureStream(ctx, env.js, cfg); err != nil {
+	if env.stream, err = ejs.EnsureStream(ctx, env.js, cfg, nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

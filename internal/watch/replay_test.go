@@ -25,7 +25,7 @@ func eventsStream(t *testing.T) (jetstream.JetStream, ejs.Config, jetstream.Stre
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := ejs.DefaultConfig()
-	s, err := ejs.EnsureStream(ctx, js, cfg)
+	s, err := ejs.EnsureStream(ctx, js, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
