@@ -465,3 +465,23 @@ func TestEngineLoadsTablesWhenItStarts(t *testing.T) {
 		t.Fatalf("table after the restart: %q %v", out, err)
 	}
 }
+
+// The engine's allocator is configured before the library loads, unless the
+// environment configures it: an operator's JE_MALLOC_CONF (even empty) wins.
+func TestAllocatorConfigurationLeavesTheOperatorsOwn(t *testing.T) {
+	t.Setenv(MallocConfEnv, "dirty_decay_ms:2000")
+	configureAllocator()
+	if got := os.Getenv(MallocConfEnv); got != "dirty_decay_ms:2000" {
+		t.Errorf("%s = %q after configureAllocator, want the operator's", MallocConfEnv, got)
+	}
+	t.Setenv(MallocConfEnv, "")
+	configureAllocator()
+	if got, set := os.LookupEnv(MallocConfEnv); !set || got != "" {
+		t.Errorf("%s = %q (set %v), want the operator's empty value", MallocConfEnv, got, set)
+	}
+	os.Unsetenv(MallocConfEnv)
+	configureAllocator()
+	if got := os.Getenv(MallocConfEnv); got != DefaultMallocConf {
+		t.Errorf("%s = %q without one set, want %q", MallocConfEnv, got, DefaultMallocConf)
+	}
+}
