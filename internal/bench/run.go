@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,7 +110,12 @@ func (r *runner) logMem(ctx context.Context, g *Gateway, phase string) {
 	if err := g.SaveHeapProfile(ctx, prof); err != nil {
 		prof = err.Error()
 	}
-	r.logf("gateway memory after %s: RSS %.0f MiB, peak %.0f MiB, Go heap in use %.0f MiB (profile: %s)", phase, now, peak, heap, prof)
+	engine, err := g.Metric(ctx, "eventgate_clickhouse_engine_memory_bytes")
+	if err != nil {
+		engine = math.NaN()
+	}
+	r.logf("gateway memory after %s: RSS %.0f MiB, peak %.0f MiB, Go heap in use %.0f MiB, engine in use %.0f MiB (profile: %s)",
+		phase, now, peak, heap, engine/(1<<20), prof)
 }
 
 // intakeStages are the stages of eventgate_intake_stage_seconds, in the

@@ -1,0 +1,23 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+)
+
+// Embedded reports whether the store runs on the engine embedded in this
+// process (no DSN).
+func (s *Store) Embedded() bool { return s.cfg.DSN == "" }
+
+// EngineMemory is the memory the engine's own tracker counts in use
+// (system.metrics MemoryTracking): its queries, inserts, merges and caches.
+// For the embedded engine it is the part of this process's resident memory
+// the engine allocated and holds; its code and the freed pages its allocator
+// has not returned yet are not in it (docs/design/chdb.md, "Memory").
+func (s *Store) EngineMemory(ctx context.Context) (int64, error) {
+	n, err := s.usageCount(ctx, "SELECT toUInt64(greatest(value, 0)) FROM system.metrics WHERE metric = 'MemoryTracking'", nil)
+	if err != nil {
+		return 0, fmt.Errorf("clickhouse: engine memory: %w", err)
+	}
+	return int64(n), nil
+}
