@@ -454,7 +454,22 @@ func (r *runner) afterWrites(ctx context.Context, g *Gateway) {
 		if r.measureQuery(ctx, g, info, k, ki, k.Name+" after the write phase", calls, warm, false, note) {
 			note = ""
 		}
+		r.logParts(ctx, g, "after "+k.Name)
 	}
+}
+
+// logParts logs the active parts of the tables the reads after the write
+// phase use: parts the engine has not merged yet slow every read.
+func (r *runner) logParts(ctx context.Context, g *Gateway, when string) {
+	var parts []string
+	for _, table := range []string{"events", "analytics_events", "event_minutes", "series_minute_totals"} {
+		n, err := g.Metric(ctx, `eventgate_clickhouse_active_parts{table="`+table+`"}`)
+		if err != nil {
+			return
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f", table, n))
+	}
+	r.logf("engine's active parts %s: %s", when, strings.Join(parts, ", "))
 }
 
 // warmup emits a few events and waits until Query's resourceVersion is at

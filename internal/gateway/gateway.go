@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -258,7 +257,7 @@ func (g *Gateway) startStore(ctx context.Context) error {
 		return err
 	}
 	if g.store.Embedded() {
-		g.registry.MustRegister(engineMemory(g.store))
+		g.registry.MustRegister(newEngineCollector(g.store))
 	}
 	// Not ctx: it ends at the signal to stop, and would abort the batch in
 	// hand (its deliveries would come back only after the ack wait). Close
@@ -281,24 +280,6 @@ func (g *Gateway) startStore(ctx context.Context) error {
 	}
 	g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.paths.ingest.js, cfg.NATS.Stream, w, icfg, g.log, g.registry)
 	return err
-}
-
-// engineMemory is the embedded engine's memory gauge, read at each scrape.
-func engineMemory(store *clickhouse.Store) prometheus.Collector {
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "eventgate_clickhouse_engine_memory_bytes",
-		Help: "Memory the embedded engine's tracker counts in use (queries, inserts, merges, caches). " +
-			"The process's resident memory is this, the Go runtime's (go_memstats_sys_bytes), the engine's code " +
-			"and the freed pages its allocator has not returned yet.",
-	}, func() float64 {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		n, err := store.EngineMemory(ctx)
-		if err != nil {
-			return math.NaN()
-		}
-		return float64(n)
-	})
 }
 
 // eventsStreamConfig is the events stream's configuration. With the
