@@ -23,32 +23,33 @@ const storeFullFix = "free disk space where the NATS server stores streams, or, 
 // the server refuses that for want of storage and the stream exists, it
 // returns the stream as it is, and log (slog.Default() if nil) warns.
 func CreateOrUpdateStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, log *slog.Logger) (jetstream.Stream, error) {
-	log = orDefault(log)
-	s, err := js.CreateOrUpdateStream(ctx, sc)
-	if err == nil || !StorageExhausted(err) {
-		return s, err
-	}
-	if s, serr := js.Stream(ctx, sc.Name); serr == nil {
-		log.Warn("the NATS server's store is smaller than its streams' size limits, so it changes no stream: stream kept as it is; "+storeFullFix,
-			"stream", sc.Name, "err", err)
-		return s, nil
-	}
-	return nil, err
+	return keepOnFullStore(log, "stream", sc.Name,
+		func() (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, sc) },
+		func() (jetstream.Stream, error) { return js.Stream(ctx, sc.Name) })
 }
 
 // CreateOrUpdateKeyValue is CreateOrUpdateStream for the bucket kc names.
 func CreateOrUpdateKeyValue(ctx context.Context, js jetstream.JetStream, kc jetstream.KeyValueConfig, log *slog.Logger) (jetstream.KeyValue, error) {
-	log = orDefault(log)
-	kv, err := js.CreateOrUpdateKeyValue(ctx, kc)
+	return keepOnFullStore(log, "bucket", kc.Bucket,
+		func() (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, kc) },
+		func() (jetstream.KeyValue, error) { return js.KeyValue(ctx, kc.Bucket) })
+}
+
+// keepOnFullStore returns what ensure returns, unless the server refused it
+// for want of storage and existing finds the stream or bucket: then that,
+// with a warning.
+func keepOnFullStore[T any](log *slog.Logger, kind, name string, ensure, existing func() (T, error)) (T, error) {
+	v, err := ensure()
 	if err == nil || !StorageExhausted(err) {
-		return kv, err
+		return v, err
 	}
-	if kv, kerr := js.KeyValue(ctx, kc.Bucket); kerr == nil {
-		log.Warn("the NATS server's store is smaller than its streams' size limits, so it changes no stream: key-value bucket kept as it is; "+storeFullFix,
-			"bucket", kc.Bucket, "err", err)
-		return kv, nil
+	if v, xerr := existing(); xerr == nil {
+		orDefault(log).Warn("the NATS server's store is smaller than its streams' size limits, so it changes no stream: "+
+			kind+" kept as it is; "+storeFullFix, kind, name, "err", err)
+		return v, nil
 	}
-	return nil, err
+	var zero T
+	return zero, err
 }
 
 func orDefault(log *slog.Logger) *slog.Logger {
