@@ -451,25 +451,45 @@ func (r *runner) afterWrites(ctx context.Context, g *Gateway) {
 		if !strings.HasSuffix(k.Name, ", every tenant") || strings.HasPrefix(k.Name, "Top 10 objects") {
 			continue
 		}
+		before := readState(ctx, g)
 		if r.measureQuery(ctx, g, info, k, ki, k.Name+" after the write phase", calls, warm, false, note) {
 			note = ""
 		}
-		r.logParts(ctx, g, "after "+k.Name)
+		r.logReadState(ctx, g, k.Name, before)
 	}
 }
 
-// logParts logs the active parts of the tables the reads after the write
-// phase use: parts the engine has not merged yet slow every read.
-func (r *runner) logParts(ctx context.Context, g *Gateway, when string) {
+// gatewayState is what the reads after the write phase log beside their
+// times: what else the gateway was doing then.
+type gatewayState struct {
+	at  time.Time
+	cpu CPU
+	gc  time.Duration
+}
+
+func readState(ctx context.Context, g *Gateway) gatewayState {
+	st := gatewayState{at: time.Now()}
+	st.cpu, _ = g.CPU()
+	st.gc, _ = g.GCCPU(ctx)
+	return st
+}
+
+// logReadState logs, for the reads of kind since before, the gateway's CPU
+// (its Go threads, the collector's part of them, the engine's threads) and
+// the active parts of the tables the reads use: a collector running back to
+// back or parts the engine has not merged yet would slow every read.
+func (r *runner) logReadState(ctx context.Context, g *Gateway, kind string, before gatewayState) {
+	now := readState(ctx, g)
+	wall := now.at.Sub(before.at).Seconds()
+	cpu := now.cpu.Sub(before.cpu)
 	var parts []string
 	for _, table := range []string{"events", "analytics_events", "event_minutes", "series_minute_totals"} {
-		n, err := g.Metric(ctx, `eventgate_clickhouse_active_parts{table="`+table+`"}`)
-		if err != nil {
-			return
+		if n, err := g.Metric(ctx, `eventgate_clickhouse_active_parts{table="`+table+`"}`); err == nil {
+			parts = append(parts, fmt.Sprintf("%s %.0f", table, n))
 		}
-		parts = append(parts, fmt.Sprintf("%s %.0f", table, n))
 	}
-	r.logf("engine's active parts %s: %s", when, strings.Join(parts, ", "))
+	r.logf("during %s after the write phase (%.1f s): gateway Go %.2f cores (collector %.2f), engine %.2f cores; active parts: %s",
+		kind, wall, cpu.Go.Seconds()/wall, (now.gc-before.gc).Seconds()/wall, cpu.Engine.Seconds()/wall, strings.Join(parts, ", "))
 }
 
 // warmup emits a few events and waits until Query's resourceVersion is at
