@@ -54,6 +54,10 @@ type Config struct {
 	// (rollup.go; default 1 minute in DefaultConfig, 0 = never: analytics
 	// then read the per-minute tables only).
 	RollupInterval time.Duration `yaml:"rollupInterval"`
+	// SlowRead, when above 0, logs every read that takes at least this
+	// long, with what the engine read for it (default 1 s in
+	// DefaultConfig; slowreads.go).
+	SlowRead time.Duration `yaml:"slowRead"`
 }
 
 // Defaults. The batch size was measured on the embedded engine
@@ -78,6 +82,9 @@ const (
 	// DefaultRollupInterval: a closed hour is read from its rollup about
 	// rollupMargin + 1 minute after its last write.
 	DefaultRollupInterval = time.Minute
+	// DefaultSlowRead: no read the gateway's own requests make should take
+	// this long (the dashboards' targets are 50-250 ms).
+	DefaultSlowRead = time.Second
 )
 
 // DefaultConfig returns the defaults: embedded engine, database eventgate,
@@ -91,6 +98,7 @@ func DefaultConfig() Config {
 		IngestNice: DefaultIngestNice,
 
 		RollupInterval: DefaultRollupInterval,
+		SlowRead:       DefaultSlowRead,
 	}
 }
 

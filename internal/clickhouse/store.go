@@ -169,6 +169,9 @@ func open(ctx context.Context, cfg Config, log *slog.Logger, t transport) (*Stor
 		t.close()
 		return nil, err
 	}
+	if cfg.SlowRead > 0 {
+		t = &slowReads{transport: t, min: cfg.SlowRead, log: log}
+	}
 	s := &Store{cfg: cfg, log: log, t: t, ttls: ttls, db: quoteIdent(cfg.Database), eventsTable: "events", probeRows: probeRows, rollupMargin: rollupMargin}
 	s.ddl = ddl{db: s.db}
 	if cfg.Cluster != "" {

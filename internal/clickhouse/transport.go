@@ -86,11 +86,11 @@ func (t *chdbTransport) exec(ctx context.Context, sql string, params map[string]
 
 func (t *chdbTransport) query(ctx context.Context, sql string, params map[string]string) (rows, error) {
 	sql, limits := withReadLimits(ctx, sql)
-	b, err := t.e.QueryParams(ctx, sql, params, "RowBinary")
+	r, err := t.e.Do(ctx, sql, params, "RowBinary")
 	if err != nil {
 		return nil, readLimitError(err, limits)
 	}
-	return &rowBinary{b: b}, nil
+	return &rowBinary{b: r.Data, rowsRead: r.RowsRead, bytesRead: r.BytesRead}, nil
 }
 
 // encode builds the batch as one Native block, column by column with
@@ -123,7 +123,11 @@ type rowBinary struct {
 	b   []byte
 	err error
 	cur bool
+
+	rowsRead, bytesRead uint64 // the engine's statistics of the read
 }
+
+func (r *rowBinary) readStats() (rowsRead, bytesRead uint64) { return r.rowsRead, r.bytesRead }
 
 var (
 	errShortRow     = errors.New("clickhouse: truncated RowBinary result")

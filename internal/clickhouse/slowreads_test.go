@@ -1,0 +1,93 @@
+package clickhouse
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
+	"github.com/eventgate/eventgate/internal/query"
+)
+
+// lockedBuffer is a log destination safe for the store's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A read at or over --clickhouse-slow-read is logged with its time and
+// statement, and with the rows and bytes the engine read where the
+// transport reports them (the embedded engine); the statement's bound
+// values (a tenant's name here) never reach the log.
+func TestSlowReadsAreLoggedWithoutTheirValues(t *testing.T) {
+	const secret = "slow-read-tenant-name"
+	for _, tr := range chtest.Transports {
+		t.Run(tr.Name, func(t *testing.T) {
+			var buf lockedBuffer
+			cfg := DefaultConfig()
+			cfg.Database = chtest.Database(t)
+			cfg.SlowRead = time.Nanosecond // every read
+			var s *Store
+			var err error
+			log := slog.New(slog.NewJSONHandler(&buf, nil))
+			if tr.DSN == nil {
+				s, err = OpenEngine(context.Background(), chtest.Engine(t), cfg, log)
+			} else {
+				cfg.DSN = tr.DSN(t)
+				s, err = Open(context.Background(), cfg, log)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				s.Close()
+				chtest.Engine(t).Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
+			})
+			rv := insert(t, s, 1, mkEvent("u1", 1, tenant("project", secret)), mkEvent("u2", 2, tenant("project", secret)))
+			scope := query.Scope{Tenants: []query.TenantRef{{Type: "project", Name: secret}}}
+			if p := listPage(t, s, query.List{Scope: scope, PageSize: 10}, rv); len(p.Events) != 2 {
+				t.Fatalf("listed %d events, want 2", len(p.Events))
+			}
+			var lines int
+			for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+				if strings.Contains(line, secret) {
+					t.Fatalf("a bound value reached the log: %s", line)
+				}
+				var rec map[string]any
+				if err := json.Unmarshal([]byte(line), &rec); err != nil {
+					t.Fatalf("log line %q: %v", line, err)
+				}
+				if rec["msg"] != "clickhouse read slow" || !strings.Contains(rec["sql"].(string), "tenant_name") {
+					continue
+				}
+				lines++
+				if _, ok := rec["elapsed_ms"].(float64); !ok {
+					t.Errorf("no elapsed_ms: %s", line)
+				}
+				if _, ok := rec["rows_read"].(float64); ok != (tr.DSN == nil) {
+					t.Errorf("rows_read present %v, want %v (embedded engine only): %s", ok, tr.DSN == nil, line)
+				}
+			}
+			if lines == 0 {
+				t.Fatalf("the listing's read was not logged:\n%s", buf.String())
+			}
+		})
+	}
+}
