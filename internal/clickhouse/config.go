@@ -55,7 +55,7 @@ type Config struct {
 	// then read the per-minute tables only).
 	RollupInterval time.Duration `yaml:"rollupInterval"`
 	// SlowRead, when above 0, logs every read that takes at least this
-	// long, with what the engine read for it (default 1 s in
+	// long, with what the embedded engine reports of it (default 1 s in
 	// DefaultConfig; slowreads.go).
 	SlowRead time.Duration `yaml:"slowRead"`
 }

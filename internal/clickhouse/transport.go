@@ -90,7 +90,7 @@ func (t *chdbTransport) query(ctx context.Context, sql string, params map[string
 	if err != nil {
 		return nil, readLimitError(err, limits)
 	}
-	return &rowBinary{b: r.Data, rowsRead: r.RowsRead, bytesRead: r.BytesRead}, nil
+	return &rowBinary{b: r.Data, stats: readStats{resultRows: r.RowsRead, resultBytes: r.BytesRead, engine: r.Elapsed, wait: r.Wait}}, nil
 }
 
 // encode builds the batch as one Native block, column by column with
@@ -124,10 +124,10 @@ type rowBinary struct {
 	err error
 	cur bool
 
-	rowsRead, bytesRead uint64 // the engine's statistics of the read
+	stats readStats // the engine's statistics of the read
 }
 
-func (r *rowBinary) readStats() (rowsRead, bytesRead uint64) { return r.rowsRead, r.bytesRead }
+func (r *rowBinary) readStats() readStats { return r.stats }
 
 var (
 	errShortRow     = errors.New("clickhouse: truncated RowBinary result")

@@ -113,12 +113,19 @@ type Options struct {
 // Result is the outcome of one statement.
 type Result struct {
 	// Data is the output in the requested format, copied into Go memory.
-	Data         []byte
+	Data []byte
+	// RowsRead and BytesRead are the library's chdb_result_rows_read and
+	// _bytes_read. In 26.5 they count the result's rows and bytes, not
+	// what the statement read from its tables (a count over a million
+	// rows reports 1 row, 8 bytes).
 	RowsRead     uint64
 	BytesRead    uint64
 	RowsWritten  uint64
 	BytesWritten uint64
 	Elapsed      time.Duration
+	// Wait is how long the statement waited for one of the engine's
+	// connections (Options.PoolSize) before it ran.
+	Wait time.Duration
 }
 
 // Engine is an open chDB instance with a pool of connections. It is safe
@@ -303,12 +310,18 @@ func (e *Engine) Do(ctx context.Context, sql string, params map[string]string, f
 			return nil, fmt.Errorf("chdb: invalid query parameter name %q", name)
 		}
 	}
+	start := time.Now()
 	c, err := e.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer e.release(c)
-	return c.query(sql, format, params)
+	wait := time.Since(start)
+	r, err := c.query(sql, format, params)
+	if r != nil {
+		r.Wait = wait
+	}
+	return r, err
 }
 
 // Query runs one statement and returns its output in the given format
