@@ -448,12 +448,31 @@ func (s *Store) candidatesSQL(q query.List, cur *pageToken, limit int, fromUS in
 		w.add("toStartOfHour(event_time) >= toStartOfHour(" + from + ")")
 	}
 	cursorSQL(p, &w, cur, false, true)
-	// The hour leads the order as it leads the key, so the engine reads
-	// hours in order and stops at the limit.
+	// The hour leads the order as it leads the key: unbounded, the engine
+	// reads hours in order and stops at the limit. Within a window it
+	// reads every granule the window leaves anyway and sorts them (within
+	// an hour the table is in tenant order), and reading them in order
+	// only takes the parallelism away: one stream a part, in reverse.
+	// Every tenant's newest 100 on the store a full bench write phase
+	// leaves (4.3M events in its newest minutes, analytics_events in 9
+	// parts): 70-90 ms in order, 30 ms without.
+	settings := s.inOrder()
+	if fromUS != math.MinInt64 {
+		settings = s.withSettings("optimize_read_in_order = 0")
+	}
 	return "SELECT toInt64(toUnixTimestamp64Micro(event_time)), uid, toString(tenant_type), toString(tenant_name) FROM " + s.analyticsEvents() +
 		" WHERE " + w.String() +
 		" ORDER BY toStartOfHour(event_time) DESC, event_time DESC, uid DESC, tenant_type DESC, tenant_name DESC" +
-		" LIMIT " + p.u64(uint64(limit)) + s.inOrder(), p.m
+		" LIMIT " + p.u64(uint64(limit)) + settings, p.m
+}
+
+// withSettings is the SETTINGS clause of a read with the store's own
+// settings and more (name = value, ...).
+func (s *Store) withSettings(more string) string {
+	if s.selectSettings == "" {
+		return " SETTINGS " + more
+	}
+	return s.selectSettings + ", " + more
 }
 
 // inDateTimeRange: t is within the range of ClickHouse's DateTime, with a
