@@ -234,37 +234,23 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 			return
 		}
 	}
-	var ratio []float64
-	for i := range with {
-		ratio = append(ratio, with[i]/without[i])
-	}
+	ratio := ratios(with, without)
 	note := fmt.Sprintf("%s events/s offered as in the latency phase, %d watchers; rule i: tenant i, type=Warning and one team label, every matching event (one rule in ten can fire), to a webhook in the bench", thousands(int64(rate)), sc.Watchers)
 	r.rep.Add(SecRules, "emit→watch p99 without rules", "ms", without, nil, note)
 	r.rep.Add(SecRules, fmt.Sprintf("emit→watch p99 with %d rules", BenchRules), "ms", with, nil, "each run paired with one without, before or after it in turn; the rules created before it and deleted after")
 	r.rep.Add(SecRules, "emit→watch p99 with rules ÷ without", "ratio", ratio, Below(1.1), "")
 	// The same ratio between two runs that differ in nothing: how far the
 	// figure above moves on this machine with no rules at all.
-	var same []float64
-	for i := 1; i < len(without); i++ {
-		same = append(same, without[i]/without[i-1])
-	}
-	if len(same) > 0 {
+	if n := len(without); n > 1 {
+		same := ratios(without[1:], without[:n-1])
 		r.rep.Add(SecRules, "emit→watch p99 without rules ÷ the previous run without", "ratio", same, nil,
 			"two runs alike, a pair apart: the noise the ratio above is measured in")
 	}
-	if len(cpuWith) == len(cpuWithout) && len(cpuWith) > 0 {
-		var cpu []float64
-		for i := range cpuWith {
-			cpu = append(cpu, cpuWith[i]/cpuWithout[i])
-		}
+	if cpu := ratios(cpuWith, cpuWithout); len(cpu) > 0 {
 		r.rep.Add(SecRules, "gateway CPU a run with rules ÷ without", "ratio", cpu, nil,
 			fmt.Sprintf("user+system seconds of the gateway process during each run (/proc/<pid>/stat), without %s s, with %s s: steadier than a p99 on a shared machine", joinF(cpuWithout), joinF(cpuWith)))
 	}
-	if len(goCPUWith) == len(goCPUWithout) && len(goCPUWith) > 0 {
-		var cpu []float64
-		for i := range goCPUWith {
-			cpu = append(cpu, goCPUWith[i]/goCPUWithout[i])
-		}
+	if cpu := ratios(goCPUWith, goCPUWithout); len(cpu) > 0 {
 		r.rep.Add(SecRules, "gateway Go CPU a run with rules ÷ without", "ratio", cpu, nil,
 			fmt.Sprintf("the same for the gateway's Go threads alone (/proc/<pid>/task), where the rules run, without %s s, with %s s; the rest is the embedded engine's inserts and merges, whose share varies from run to run as the store grows", joinF(goCPUWithout), joinF(goCPUWith)))
 	}
@@ -274,6 +260,18 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 	}
 	r.rep.Add(SecRules, "notification p99 after its event", "ms", notify, Below(1000), fmt.Sprintf("eventTime stamped at send → the webhook received it, for events stored as new (a series notifies at its flushes); %d such notifications", notified))
 	r.rep.Add(SecRules, "notification p99 after its event was stored", "ms", afterStored, nil, "the notification's time (its event's timestamp in the events stream) → the webhook received it: the rules' and the delivery's part of the figure above, the rest being emit → stored")
+}
+
+// ratios is num[i] ÷ den[i] for each i; nil unless both have as many.
+func ratios(num, den []float64) []float64 {
+	if len(num) != len(den) {
+		return nil
+	}
+	out := make([]float64, len(num))
+	for i := range num {
+		out[i] = num[i] / den[i]
+	}
+	return out
 }
 
 func joinF(xs []float64) string {
