@@ -52,6 +52,10 @@ const feedCoalesce = 20 * time.Millisecond
 // one new watch.
 const refeedDelay = 100 * time.Millisecond
 
+// syncDelay: a shard takes in its rules at most this often while they
+// change (shard.run).
+const syncDelay = 50 * time.Millisecond
+
 // feed is a shard's watch of the live feed and the goroutine running it.
 type feed struct {
 	subjects []string

@@ -183,6 +183,7 @@ func (sh *shard) run(ctx context.Context) error {
 	if err := sh.follow(ctx); err != nil {
 		return err
 	}
+	var resync <-chan time.Time // a take-in of the rules is due
 	ticker := time.NewTicker(sh.e.cfg.Tick)
 	defer ticker.Stop()
 	ckpt := time.NewTicker(sh.e.cfg.Checkpoint)
@@ -219,6 +220,12 @@ func (sh *shard) run(ctx context.Context) error {
 			}
 			in.recycle(items)
 		case <-changed:
+			// Rules come in bursts (an apply of many): take them in at
+			// most every syncDelay, not once per rule, since each take-in
+			// goes over every rule.
+			changed, resync = nil, time.After(syncDelay)
+		case <-resync:
+			resync = nil
 			all, changed = sh.e.store.Snapshot()
 			sh.sync(all)
 			if sh.refeed == nil && (len(sh.fresh) > 0 || !slices.Equal(sh.subjects(), sh.feed.subjectsOrNil())) {
