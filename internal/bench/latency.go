@@ -33,6 +33,9 @@ type Latencies struct {
 	Created    int         // events stored as new: each is delivered ADDED to one watcher
 	Delivered  int
 	Overflowed int // watchers ended as too slow
+	// Stages: the p99 of each of the gateway's Stages over the run, in ms
+	// ("" when /metrics could not be read).
+	Stages string
 }
 
 // Watchers are n StreamWatch calls, watcher i on tenant i of the workload
@@ -137,6 +140,7 @@ func RunLatency(ctx context.Context, g *Gateway, ws *Watchers, w *Workload, rate
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := &Latencies{Rate: rate}
+	stages0, stagesErr := g.StageHistograms(ctx)
 	ws.Record(true)
 	stream, err := g.Events.EmitStream(ctx)
 	if err != nil {
@@ -267,6 +271,9 @@ func RunLatency(ctx context.Context, g *Gateway, ws *Watchers, w *Workload, rate
 	// the shortfall is reported).
 	_ = WaitFor(ctx, 30*time.Second, func() (bool, error) { return ws.count() >= out.Created, nil })
 	out.Watch, out.Delivered, out.Overflowed = ws.Record(false)
+	if stages1, err := g.StageHistograms(ctx); err == nil && stagesErr == nil {
+		out.Stages = StageP99s(stages0, stages1)
+	}
 	return out, nil
 }
 

@@ -175,6 +175,9 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 			fail(err)
 			return 0, false
 		}
+		if l.Stages != "" {
+			r.logf("rules: run %d %s: the gateway's stages, p99 ms: %s", i+1, name, l.Stages)
+		}
 		return Percentile(l.Watch, 0.99), true
 	}
 	conn, err := g.Conn()

@@ -680,6 +680,9 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 		if st := l.Stalls(); st != "" {
 			r.logf("latency run %d: %s", i+1, st)
 		}
+		if l.Stages != "" {
+			r.logf("latency run %d: the gateway's stages, p99 ms: %s", i+1, l.Stages)
+		}
 		// The parts alone at the same rate, with the gateway idle.
 		var fl FloorLatency
 		dir := filepath.Join(r.cfg.WorkDir, "pipeline-floor")

@@ -65,6 +65,10 @@ func TestEmitWatchRoundTripGRPC(t *testing.T) {
 	if n := metricValue(t, tg.httpURL, "eventgate_watch_feed_lag_seconds_count"); n < 1 {
 		t.Errorf("eventgate_watch_feed_lag_seconds_count = %v after a delivered event, want at least 1", n)
 	}
+	// And the watch timed it from the stream to its send.
+	if n := metricValue(t, tg.httpURL, "eventgate_watch_send_lag_seconds_count"); n != 1 {
+		t.Errorf("eventgate_watch_send_lag_seconds_count = %v after one delivered event, want 1", n)
+	}
 }
 
 // A gRPC watcher gets a series as MODIFIED, with its count and the

@@ -127,7 +127,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 			partial.Close()
 		}
 	}()
-	g.registry.MustRegister(newGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	g.registry.MustRegister(newGoCollector(), telemetry.RuntimeLatencies(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	if err := g.startTelemetry(ctx, o); err != nil {
 		return nil, err

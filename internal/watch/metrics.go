@@ -11,6 +11,7 @@ type Metrics struct {
 	replays      prometheus.Counter
 	decodeErrors prometheus.Counter
 	feedLag      prometheus.Histogram
+	sendLag      prometheus.Histogram
 }
 
 // NewMetrics registers the watch feed's metrics with reg.
@@ -27,9 +28,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from an event being stored in the stream to this gateway's live feed handing it to its watchers (clocks of the stream's server and the gateway).",
 			Buckets: prometheus.ExponentialBuckets(0.00025, 2, 16), // 0.25 ms … 8 s
 		}),
+		sendLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "eventgate_watch_send_lag_seconds",
+			Help:    "Time from a live event being stored in the stream to a watch of this gateway sending it: the feed's lag and the watch's queue. Watches that take their events in batches (the rules') are not counted.",
+			Buckets: prometheus.ExponentialBuckets(0.00025, 2, 16), // 0.25 ms … 8 s
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.watchers, m.dispatched, m.delivered, m.slow, m.replays, m.decodeErrors, m.feedLag)
+		reg.MustRegister(m.watchers, m.dispatched, m.delivered, m.slow, m.replays, m.decodeErrors, m.feedLag, m.sendLag)
 	}
 	return m
 }

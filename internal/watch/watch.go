@@ -322,6 +322,9 @@ func (h *Hub) Watch(ctx context.Context, o event.WatchOptions, send func(event.W
 					ev.ResourceVersion = strconv.FormatUint(it.Seq, 10)
 					it.Event = ev
 				}
+				if it.Live && !it.Bookmark && coalesce == nil {
+					h.metrics.sendLag.Observe(max(time.Since(it.Stored), 0).Seconds())
+				}
 				if err := send(it); err != nil {
 					return err
 				}
