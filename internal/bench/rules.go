@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -148,18 +149,20 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 		l, err := RunLatency(ctx, g, ws, NewWorkload(name+strconv.Itoa(i)), rate, sc.LatencyDuration)
 		if cpu1, err := g.CPUTime(); err == nil && cerr == nil {
 			sec := (cpu1 - cpu0).Seconds()
-			if name == "norules" {
+			switch name {
+			case "norules":
 				cpuWithout = append(cpuWithout, sec)
-			} else {
+			case "rules":
 				cpuWith = append(cpuWith, sec)
 			}
 			r.logf("rules: run %d %s: the gateway used %.2f s of CPU", i+1, name, sec)
 		}
 		if split1, err := g.CPU(); err == nil && serr == nil {
 			d := split1.Sub(split0)
-			if name == "norules" {
+			switch name {
+			case "norules":
 				goCPUWithout = append(goCPUWithout, d.Go.Seconds())
-			} else {
+			case "rules":
 				goCPUWith = append(goCPUWith, d.Go.Seconds())
 			}
 			r.logf("rules: run %d %s: its Go threads %.2f s, the engine's %.2f s", i+1, name, d.Go.Seconds(), d.Engine.Seconds())
@@ -187,11 +190,11 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 	}
 	defer conn.Close()
 	rc := eventgatev1.NewRulesServiceClient(conn)
-	// The runs come in pairs, one without rules and one with, so that both
-	// see about the same store and heap: a run's p99 drifts as they grow
-	// over the section. Which of the two comes first alternates from pair
-	// to pair (without first in the first pair), so that the drift does
-	// not always count against the same one.
+	// The runs come in rounds, one without rules, one with and one with
+	// the control (below), so that all see about the same store and heap:
+	// a run's p99 drifts as they grow over the section. Which comes first
+	// rotates from round to round (without first in the first), so that
+	// the drift does not always count against the same one.
 	withRules := func(i int) bool {
 		if err := r.createBenchRules(ctx, g, rc, recv); err != nil {
 			fail(err)
@@ -228,26 +231,50 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 		r.logf("rules: run %d without rules: emit→watch p99 %.1f ms", i+1, p99)
 		return true
 	}
-	for i := 0; i < sc.Runs; i++ {
-		first, second := withoutRules, withRules
-		if i%2 == 1 {
-			first, second = withRules, withoutRules
+	// The control: no rules, and a spinner in this process taking
+	// SpinnerCores of the machine, about what the rules add to the
+	// gateway's Go threads. Its ratio to the run without rules is how far
+	// the figure moves for that much CPU spent on anything: the floor the
+	// rules' ratio is measured against on a machine this loaded.
+	var spun []float64
+	withSpinner := func(i int) bool {
+		stop := spin(SpinnerCores)
+		p99, ok := run("spinner", i)
+		stop()
+		if !ok {
+			return false
 		}
-		if !first(i) || !second(i) {
-			return
+		spun = append(spun, p99)
+		r.logf("rules: run %d with a spinner of %.2f core: emit→watch p99 %.1f ms", i+1, SpinnerCores, p99)
+		return true
+	}
+	for i := 0; i < sc.Runs; i++ {
+		// Each of the three comes first, second and third once over the
+		// section's three rounds.
+		order := []func(int) bool{withoutRules, withRules, withSpinner}
+		k := i % len(order)
+		order = append(order[k:], order[:k]...)
+		for _, f := range order {
+			if !f(i) {
+				return
+			}
 		}
 	}
 	ratio := ratios(with, without)
 	note := fmt.Sprintf("%s events/s offered as in the latency phase, %d watchers; rule i: tenant i, type=Warning and one team label, every matching event (one rule in ten can fire), to a webhook in the bench", thousands(int64(rate)), sc.Watchers)
 	r.rep.Add(SecRules, "emit→watch p99 without rules", "ms", without, nil, note)
-	r.rep.Add(SecRules, fmt.Sprintf("emit→watch p99 with %d rules", BenchRules), "ms", with, nil, "each run paired with one without, before or after it in turn; the rules created before it and deleted after")
+	r.rep.Add(SecRules, fmt.Sprintf("emit→watch p99 with %d rules", BenchRules), "ms", with, nil, "each run in a round with one without and one with the control, in turn first, second and third; the rules created before it and deleted after")
 	r.rep.Add(SecRules, "emit→watch p99 with rules ÷ without", "ratio", ratio, Below(1.1), "")
 	// The same ratio between two runs that differ in nothing: how far the
 	// figure above moves on this machine with no rules at all.
 	if n := len(without); n > 1 {
 		same := ratios(without[1:], without[:n-1])
 		r.rep.Add(SecRules, "emit→watch p99 without rules ÷ the previous run without", "ratio", same, nil,
-			"two runs alike, a pair apart: the noise the ratio above is measured in")
+			"two runs alike, a round apart: the noise the ratio above is measured in")
+	}
+	if sr := ratios(spun, without); len(sr) > 0 {
+		r.rep.Add(SecRules, fmt.Sprintf("emit→watch p99 with a %.2f-core spinner ÷ without", SpinnerCores), "ratio", sr, nil,
+			"no rules; a goroutine of the bench on a thread of its own spins that share of each 10 ms, about the Go CPU the rules add (the next rows): what that much CPU spent on anything does to the figure")
 	}
 	if cpu := ratios(cpuWith, cpuWithout); len(cpu) > 0 {
 		r.rep.Add(SecRules, "gateway CPU a run with rules ÷ without", "ratio", cpu, nil,
@@ -263,6 +290,36 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 	}
 	r.rep.Add(SecRules, "notification p99 after its event", "ms", notify, Below(1000), fmt.Sprintf("eventTime stamped at send → the webhook received it, for events stored as new (a series notifies at its flushes); %d such notifications", notified))
 	r.rep.Add(SecRules, "notification p99 after its event was stored", "ms", afterStored, nil, "the notification's time (its event's timestamp in the events stream) → the webhook received it: the rules' and the delivery's part of the figure above, the rest being emit → stored")
+}
+
+// SpinnerCores is the CPU the rules section's control spends: about
+// what 1,000 rules add to the gateway's Go threads at the latency phase's
+// rate (1.04–1.10 times their ~0.9 core).
+const SpinnerCores = 0.05
+
+// spin keeps a thread of this process busy for cores of each 10 ms until
+// the returned stop is called.
+func spin(cores float64) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	busy := time.Duration(cores * float64(10*time.Millisecond))
+	go func() {
+		defer close(ended)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case start := <-t.C:
+				for time.Since(start) < busy {
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
 }
 
 // ratios is num[i] ÷ den[i] for each i; nil unless both have as many.
