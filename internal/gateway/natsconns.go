@@ -21,6 +21,11 @@ type natsPaths struct {
 	write  natsPath // the intake owners' writes to the events stream
 	watch  natsPath // the watch feed
 	ingest natsPath // the store's ingest consumer
+	// rules: the rules' store, their shards' notifications and
+	// checkpoints, and the deliveries' consumers and log. On the control
+	// connection, beside the intake owners' consumers, a run with 1,000
+	// rules doubled the owners' fetch p99 in the bench.
+	rules natsPath
 }
 
 type natsPath struct {
@@ -28,12 +33,14 @@ type natsPath struct {
 	js jetstream.JetStream
 }
 
-func (p *natsPaths) all() []*natsPath { return []*natsPath{&p.emit, &p.write, &p.watch, &p.ingest} }
+func (p *natsPaths) all() []*natsPath {
+	return []*natsPath{&p.emit, &p.write, &p.watch, &p.ingest, &p.rules}
+}
 
 // connect opens every path's connection; on an error, those opened stay
 // for close.
 func (p *natsPaths) connect(cfg ejs.Config, ns *server.Server) error {
-	names := []string{"emit", "write", "watch", "ingest"}
+	names := []string{"emit", "write", "watch", "ingest", "rules"}
 	for i, path := range p.all() {
 		nc, err := ejs.Connect(cfg, ns, "eventgate-"+names[i])
 		if err != nil {

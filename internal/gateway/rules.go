@@ -25,7 +25,7 @@ type rulesParts struct {
 	svc    *service.Rules
 }
 
-// startRules starts the rules on the control connection. g.events must be
+// startRules starts the rules on their own connection. g.events must be
 // built: a rule paused for a failing destination is told as an event.
 func (g *Gateway) startRules(ctx context.Context) error {
 	cfg := g.cfg.Rules
@@ -36,10 +36,10 @@ func (g *Gateway) startRules(ctx context.Context) error {
 	defer cancel()
 	var err error
 	p := &g.rules
-	if p.store, err = rules.OpenStore(sctx, g.js, cfg.RulesBucket, cfg.Replicas, g.log); err != nil {
+	if p.store, err = rules.OpenStore(sctx, g.paths.rules.js, cfg.RulesBucket, cfg.Replicas, g.log); err != nil {
 		return err
 	}
-	if p.engine, err = rules.Start(sctx, g.js, g.hub, p.store, cfg, g.log); err != nil {
+	if p.engine, err = rules.Start(sctx, g.paths.rules.js, g.hub, p.store, cfg, g.log); err != nil {
 		return err
 	}
 	engine := p.engine
@@ -49,7 +49,7 @@ func (g *Gateway) startRules(ctx context.Context) error {
 	}, func() float64 { return float64(engine.Evaluating()) }))
 	ncfg := g.cfg.Notify
 	ncfg.Replicas = cfg.Replicas
-	if p.disp, err = notify.Start(sctx, g.js, g.nc, p.engine, p.store, ncfg, g.rulePaused, g.log); err != nil {
+	if p.disp, err = notify.Start(sctx, g.paths.rules.js, g.paths.rules.nc, p.engine, p.store, ncfg, g.rulePaused, g.log); err != nil {
 		return err
 	}
 	p.svc = service.NewRules(p.store, p.disp, g.log)
