@@ -130,6 +130,20 @@ func (r *Report) Add(section, name, unit string, runs []float64, goal *Goal, not
 	r.Rows = append(r.Rows, row)
 }
 
+// AddValue appends a row whose value is not the median of its runs (a
+// figure over all their samples together, say): the runs are shown beside
+// it, and Status follows from value and goal.
+func (r *Report) AddValue(section, name, unit string, value float64, runs []float64, goal *Goal, note string) {
+	row := Row{Section: section, Name: name, Unit: unit, Runs: runs, Value: value, Goal: goal, Note: note}
+	if goal != nil {
+		row.Status = "miss"
+		if goal.met(value) {
+			row.Status = "pass"
+		}
+	}
+	r.Rows = append(r.Rows, row)
+}
+
 // NotBuilt appends a row for a feature that has not landed.
 func (r *Report) NotBuilt(section, name, unit string, goal *Goal, note string) {
 	r.Rows = append(r.Rows, Row{Section: section, Name: name, Unit: unit, Goal: goal, Status: "not built", Note: note})

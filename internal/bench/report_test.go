@@ -99,6 +99,26 @@ func TestReportStatus(t *testing.T) {
 	}
 }
 
+func TestAddValueKeepsTheValueGivenAndJudgesIt(t *testing.T) {
+	var r Report
+	// A pooled figure above the goal while most runs are below it: the
+	// value decides, not the runs' median.
+	r.AddValue(SecRules, "pooled", "ratio", 1.3, []float64{0.9, 1.0, 1.8}, Below(1.1), "")
+	r.AddValue(SecRules, "no runs", "ratio", 1.05, nil, Below(1.1), "")
+	r.AddValue(SecRules, "no goal", "ratio", 2, nil, nil, "")
+	type got struct {
+		Value  float64
+		Status string
+	}
+	var rows []got
+	for _, row := range r.Rows {
+		rows = append(rows, got{row.Value, row.Status})
+	}
+	if diff := cmp.Diff([]got{{1.3, "miss"}, {1.05, "pass"}, {2, ""}}, rows); diff != "" {
+		t.Errorf("rows (-want +got):\n%s", diff)
+	}
+}
+
 func TestWriteTable(t *testing.T) {
 	var b bytes.Buffer
 	if err := sampleReport().WriteTable(&b); err != nil {

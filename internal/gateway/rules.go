@@ -52,6 +52,11 @@ func (g *Gateway) startRules(ctx context.Context) error {
 	if p.disp, err = notify.Start(sctx, g.paths.rules.js, g.paths.rules.nc, p.engine, p.store, ncfg, g.rulePaused, g.log); err != nil {
 		return err
 	}
+	disp := p.disp
+	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "eventgate_notify_queues_served",
+		Help: "Rules whose delivery queue this replica serves: rules of the shards it owns that have notified at least once and are not paused.",
+	}, func() float64 { return float64(disp.Serving()) }))
 	p.svc = service.NewRules(p.store, p.disp, g.log)
 	return nil
 }

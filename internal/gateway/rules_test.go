@@ -125,6 +125,14 @@ func TestRulesRESTFiresOnEmittedSeriesAndKeepsSecretsWriteOnly(t *testing.T) {
 	if n.State != rules.StateFiring || n.Rule != "project/shop/backoff" || n.Count != 5 {
 		t.Errorf("notification: %+v", n)
 	}
+	// The rule's delivery queue, made with its first notification, is
+	// served here, and /metrics says so.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(metricsText(t, tg.httpURL), "\neventgate_notify_queues_served 1\n"); {
+		if time.Now().After(deadline) {
+			t.Fatal("/metrics does not count the one delivery queue served")
+		}
+		time.Sleep(50 * time.Millisecond) // polling /metrics
+	}
 
 	// An update that leaves the secret out keeps it: the next delivery is
 	// still signed with it.

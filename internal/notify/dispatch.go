@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -102,9 +103,18 @@ type Dispatcher struct {
 	onPause PauseFunc
 	sender  *sender
 
+	// serving: the rules whose delivery queue this replica serves, as of
+	// the end of the last reconcile (a queue deleted with its rule is
+	// gone by then).
+	serving atomic.Int64
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
+
+// Serving is the number of rules whose delivery queue this replica serves
+// (a worker each).
+func (d *Dispatcher) Serving() int { return int(d.serving.Load()) }
 
 // Start starts delivering. nc publishes to NATS destinations.
 func Start(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, engine *rules.Engine, store *rules.Store, cfg Config, onPause PauseFunc, log *slog.Logger) (*Dispatcher, error) {
@@ -176,6 +186,7 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		for uid := range run {
 			stop(uid)
 		}
+		d.serving.Store(0)
 		ending.Wait()
 	}()
 	active := map[string]bool{} // rules with a delivery queue, by uid
@@ -239,6 +250,7 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 				w.run(wctx)
 			}()
 		}
+		d.serving.Store(int64(len(run)))
 		select {
 		case <-ctx.Done():
 			return

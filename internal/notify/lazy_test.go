@@ -34,8 +34,9 @@ func TestARuleHasNoDeliveryConsumerUntilItsFirstNotification(t *testing.T) {
 	if !slices.Equal(names, []string{consumerName(loud.UID)}) {
 		t.Fatalf("delivery consumers %v, want %s's alone (not %s's, which never notified)", names, loud.ID(), quiet.ID())
 	}
+	waitServing(t, a.disp, 1)
 	// Deleted, the rule is forgotten: the engine keeps no rule it no
-	// longer evaluates.
+	// longer evaluates, and its queue is no longer served.
 	if queued, _ := a.engine.Queued(); !slices.Equal(queued, []string{loud.UID}) {
 		t.Fatalf("queued for %v, want %s", queued, loud.UID)
 	}
@@ -45,6 +46,19 @@ func TestARuleHasNoDeliveryConsumerUntilItsFirstNotification(t *testing.T) {
 	waitTakenIn(t, a, loud, false)
 	if queued, _ := a.engine.Queued(); len(queued) != 0 {
 		t.Fatalf("queued for %v after the rule was deleted", queued)
+	}
+	waitServing(t, a.disp, 0)
+}
+
+// waitServing waits until d serves n delivery queues (it counts them at
+// the end of each pass over the rules, on its own goroutine).
+func waitServing(t *testing.T, d *Dispatcher, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); d.Serving() != n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dispatcher serves %d delivery queues, want %d", d.Serving(), n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the dispatcher's count
 	}
 }
 
