@@ -567,10 +567,16 @@ func (a *Aggregator) runTimers(t int64, ws []Write) []Write {
 
 // fitBudget makes room, before a new singleton is tracked (keep == nil) or
 // after series keep started: while the tracked keys exceed MaxBytes (or
-// MaxActive), the oldest singleton of the tenant that tracks the most is
-// forgotten (it is stored; nothing is lost), or, when there is none, the
-// least recently observed series other than keep is finished with its
-// exact count.
+// MaxActive), the least recently observed series other than keep is
+// finished with its exact count if the series hold more than seriesRoom,
+// else the oldest singleton of the tenant that
+// tracks the most is forgotten (it is stored; nothing is lost), or, when
+// there is none, the least recently observed series.
+//
+// Without the share, series that stopped recurring (a storm over, not yet
+// FinishAfter ago) filled the budget, and each new singleton then pushed
+// out the one before it at once: a new storm's second occurrence found its
+// first forgotten, and no storm was folded any more.
 func (a *Aggregator) fitBudget(t int64, ws []Write, keep *entry) []Write {
 	next := int64(0)
 	if keep == nil {
@@ -585,6 +591,11 @@ func (a *Aggregator) fitBudget(t int64, ws []Write, keep *entry) []Write {
 		if !over {
 			return ws
 		}
+		if e := a.series.head; e != nil && e != keep && a.seriesBytes > a.seriesRoom() {
+			ws = append(ws, a.write(e, ReasonEvicted, t))
+			a.forget(e)
+			continue
+		}
 		if r, ok := a.single.evictable(); ok {
 			a.dropSingle(r.h, r.pos)
 			a.stats.EvictedSingletons++
@@ -597,6 +608,18 @@ func (a *Aggregator) fitBudget(t int64, ws []Write, keep *entry) []Write {
 		ws = append(ws, a.write(e, ReasonEvicted, t))
 		a.forget(e)
 	}
+}
+
+// singletonShare: the series leave the singletons' records at least this
+// share of the budget (besides the ring of recent encodings and the
+// index), long enough for a storm's second occurrence to find its first:
+// an eighth of the default budget holds about 6,000 singletons.
+const singletonShare = 8
+
+// seriesRoom is how many bytes the series may hold before the least
+// recently observed makes room ahead of the singletons.
+func (a *Aggregator) seriesRoom() int64 {
+	return a.cfg.MaxBytes - a.single.overhead() - a.cfg.MaxBytes/singletonShare
 }
 
 // fold records one more occurrence of e's key (count already updated).

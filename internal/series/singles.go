@@ -146,6 +146,10 @@ func newSingles(recentBytes int) singles {
 func (s *singles) live() int { return s.index.n }
 
 // bytes is the memory the singletons account for in the budget.
+// overhead is what bytes counts besides the singletons' records: the ring
+// of recent encodings and the fixed structures.
+func (s *singles) overhead() int64 { return int64(s.recent.max) + fixedBytes }
+
 func (s *singles) bytes() int64 {
 	b := int64(s.live())*singleBytes + int64(s.recent.max)
 	if s.n > 0 {

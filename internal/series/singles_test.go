@@ -150,6 +150,67 @@ func TestMemoryBudgetBoundsTrackedKeys(t *testing.T) {
 	}
 }
 
+// TestIdleSeriesDoNotCrowdOutANewStorm: series that stopped recurring
+// (and are not yet finished) leave an eighth of the budget to the
+// singletons' records; past it the least recently observed is finished
+// early, with its exact count, so that a new storm's second occurrence
+// still finds its first. Before, the series filled the budget and each new
+// singleton pushed out the one before it: no new storm was folded.
+func TestIdleSeriesDoNotCrowdOutANewStorm(t *testing.T) {
+	cfg := Config{MaxBytes: 256 << 10}
+	a := mustNew(t, cfg)
+	l := newLog()
+	st := newStore(t)
+	occurrences := map[Key]int{}
+	observe := func(ev *eventgatev1.Event) Decision {
+		t.Helper()
+		at, pos := l.next(time.Millisecond)
+		d := must(a.Observe(ev, at, pos))
+		occurrences[KeyOf(ev)]++
+		for _, w := range d.Writes {
+			st.publish(w, at)
+		}
+		if s := a.Stats(); s.Bytes > cfg.MaxBytes {
+			t.Fatalf("%d bytes tracked, budget %d", s.Bytes, cfg.MaxBytes)
+		}
+		return d
+	}
+	// Storms of two occurrences each, one after another, far more than
+	// the budget holds as series.
+	for i := range 2000 {
+		pod := fmt.Sprintf("old-%d", i)
+		observe(podEvent(pod+"-a", pod))
+		if d := observe(podEvent(pod+"-b", pod)); d.Outcome != SeriesStarted {
+			t.Fatalf("storm %d: its second occurrence %v, want a series started", i, d.Outcome)
+		}
+	}
+	if s := a.Stats(); s.Writes[ReasonEvicted] == 0 {
+		t.Fatalf("Stats = %+v, want idle series finished early at the budget", s)
+	}
+	// A new storm between distinct events: its first occurrence is still
+	// tracked when the second comes.
+	observe(podEvent("new-a", "new"))
+	for i := range 200 {
+		observe(podEvent(fmt.Sprintf("u%d", i), fmt.Sprintf("pod-%d", i)))
+	}
+	if d := observe(podEvent("new-b", "new")); d.Outcome != SeriesStarted {
+		t.Fatalf("the new storm's second occurrence: %v, want a series started", d.Outcome)
+	}
+	// No count is lost: per key, the stored events add up to the
+	// occurrences once every series is finished.
+	at, pos := l.next(time.Hour)
+	for _, w := range a.Tick(at, pos) {
+		st.publish(w, at)
+	}
+	got := map[Key]int{}
+	for _, u := range st.summarize() {
+		got[u.key] += int(u.count())
+	}
+	if diff := gocmp.Diff(occurrences, got, cmpOpts); diff != "" {
+		t.Errorf("counts per key (-occurred +stored):\n%s", diff)
+	}
+}
+
 // TestRecentRingKeepsTheLastEncodings: the ring of recent encodings
 // returns exactly what was put for as long as it holds it (growing up to
 // its maximum as the stream does), and nothing once it was overwritten.
