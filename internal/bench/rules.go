@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -110,20 +109,20 @@ func (r *notifyReceiver) stop() {
 }
 
 // rules measures emit→watch at the latency phase's rate without rules, with
-// BenchRules rules and with a control, in short windows taken in turn, and
-// how soon after its event each notification arrives. It reads as the
-// section's protocol, kept whole: the windows, then the report, sharing the
-// receiver, the watchers and the samples.
+// BenchRules rules and with a control, and how soon after its event each
+// notification arrives. It reads as the section's protocol, kept whole: the
+// windows, then the report, sharing the receiver, the watchers and the
+// samples.
 //
 // On two shared cores a run's p99 moves by half or more from one run to
-// the next with nothing changed (the engine's merges, the store growing
-// over the section), far more than the 10% the section resolves. So the
-// section does not compare a run with rules to one run without: it takes
-// twice as many rounds as a figure has runs, of three windows half a
-// latency run long (without, with, control), in
-// an order that rotates from round to round, and compares the p99 of all
-// the samples of each kind together. Whatever the machine does at one
-// moment then falls on the three kinds alike, as does the drift.
+// the next with nothing changed, and it drifts up over the section as the
+// store grows (the engine's merges), by several times on a fresh store:
+// far more than the 10% the section resolves. So the windows with rules
+// and with the control (in turn, twice as many of each as a figure has
+// runs) each sit between two windows without rules, which a linear drift
+// moves as much as the window between them: each is compared with the
+// mean of its two neighbours, and all the samples of a kind together with
+// all those without rules, which span the same time.
 func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 	sc := r.cfg.Scale
 	fail := func(err error) {
@@ -141,19 +140,16 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 		return
 	}
 	defer ws.Stop()
-	window := sc.LatencyDuration / 2
-	rounds := 2 * sc.Runs
-	// Per kind: every window's samples together, each window's p99, and
-	// the gateway's CPU seconds (all of it, and its Go threads) a window.
-	type kind struct {
-		samples, p99s []float64
-		half          [2][]float64 // the samples of even and odd rounds
-		cpu, goCPU    []float64
+	window := sc.LatencyDuration * 2 / 5
+	// One window's figures: its emit→watch samples and their p99, and the
+	// gateway's CPU seconds (all of it, and its Go threads).
+	type measured struct {
+		samples         []float64
+		p99, cpu, goCPU float64
 	}
-	var without, with, spun kind
 	var notify, afterStored []float64
 	var notified int
-	run := func(k *kind, name string, i int) bool {
+	run := func(name string, i int) (*measured, bool) {
 		cpu0, cerr := g.CPUTime()
 		split0, serr := g.CPU()
 		// With -profile, the first window of each kind is sampled (pprof,
@@ -165,34 +161,32 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 			go func() { profiled <- g.SaveCPUProfile(ctx, window, path) }()
 		}
 		l, err := RunLatency(ctx, g, ws, NewWorkload(name+strconv.Itoa(i)), rate, window)
+		m := &measured{}
 		if cpu1, err := g.CPUTime(); err == nil && cerr == nil {
-			k.cpu = append(k.cpu, (cpu1 - cpu0).Seconds())
+			m.cpu = (cpu1 - cpu0).Seconds()
 		}
 		if split1, err := g.CPU(); err == nil && serr == nil {
 			d := split1.Sub(split0)
-			k.goCPU = append(k.goCPU, d.Go.Seconds())
-			r.logf("rules: round %d %s: the gateway's Go threads used %.2f s of CPU, the engine's %.2f s", i+1, name, d.Go.Seconds(), d.Engine.Seconds())
+			m.goCPU = d.Go.Seconds()
+			r.logf("rules: window %d %s: the gateway's Go threads used %.2f s of CPU, the engine's %.2f s", i+1, name, d.Go.Seconds(), d.Engine.Seconds())
 		}
 		if profiled != nil {
 			if perr := <-profiled; perr != nil {
 				r.logf("rules: CPU profile: %v", perr)
 			} else {
-				r.logf("rules: CPU profile of round %d %s: %s", i+1, name, path)
+				r.logf("rules: CPU profile of window %d %s: %s", i+1, name, path)
 			}
 		}
 		if err != nil {
 			fail(err)
-			return false
+			return nil, false
 		}
 		if l.Stages != "" {
-			r.logf("rules: round %d %s: the gateway's stages, p99 ms: %s", i+1, name, l.Stages)
+			r.logf("rules: window %d %s: the gateway's stages, p99 ms: %s", i+1, name, l.Stages)
 		}
-		p99 := Percentile(l.Watch, 0.99)
-		k.samples = append(k.samples, l.Watch...)
-		k.half[i%2] = append(k.half[i%2], l.Watch...)
-		k.p99s = append(k.p99s, p99)
-		r.logf("rules: round %d %s: emit→watch p99 %.1f ms over %d events", i+1, name, p99, len(l.Watch))
-		return true
+		m.samples, m.p99 = l.Watch, Percentile(l.Watch, 0.99)
+		r.logf("rules: window %d %s: emit→watch p99 %.1f ms over %d events", i+1, name, m.p99, len(l.Watch))
+		return m, true
 	}
 	conn, err := g.Conn()
 	if err != nil {
@@ -201,79 +195,107 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 	}
 	defer conn.Close()
 	rc := eventgatev1.NewRulesServiceClient(conn)
-	withRules := func(i int) bool {
+	withRules := func(i int) (*measured, bool) {
 		if err := r.createBenchRules(ctx, g, rc, recv); err != nil {
 			fail(err)
-			return false
+			return nil, false
 		}
 		_, _ = recv.record(true)
-		ok := run(&with, "rules", i)
+		m, ok := run("rules", i)
 		// Notifications of the window's last events arrive after it (a
 		// rule deleted takes its queue along); one later than this grace
 		// would be far past the 1 s target anyway.
 		time.Sleep(3 * time.Second)
 		lat, stored := recv.record(false)
 		if !ok {
-			return false
+			return nil, false
 		}
 		notified += len(lat)
 		if len(lat) > 0 {
 			notify = append(notify, Percentile(lat, 0.99))
 			afterStored = append(afterStored, Percentile(stored, 0.99))
 		}
-		r.logf("rules: round %d: %d notifications, p99 %.1f ms after the event, %.1f ms after it was stored", i+1, len(lat), Percentile(lat, 0.99), Percentile(stored, 0.99))
+		r.logf("rules: window %d: %d notifications, p99 %.1f ms after the event, %.1f ms after it was stored", i+1, len(lat), Percentile(lat, 0.99), Percentile(stored, 0.99))
 		if err := r.deleteBenchRules(ctx, g, rc); err != nil {
 			fail(err)
-			return false
+			return nil, false
 		}
-		return true
+		return m, true
 	}
-	withoutRules := func(i int) bool { return run(&without, "norules", i) }
 	// The control: no rules, and a spinner in this process taking
 	// SpinnerCores of the machine, about what the rules add to the
 	// gateway's Go threads: how far the figure moves for that much CPU
 	// spent on anything, on a machine this loaded.
-	withSpinner := func(i int) bool {
+	withSpinner := func(i int) (*measured, bool) {
 		stop := spin(SpinnerCores)
 		defer stop()
-		return run(&spun, "spinner", i)
+		return run("spinner", i)
 	}
-	for i := range rounds {
-		// Each of the three comes first, second and third in turn.
-		order := []func(int) bool{withoutRules, withRules, withSpinner}
-		k := i % len(order)
-		order = append(order[k:], order[:k]...)
-		for _, f := range order {
-			if !f(i) {
-				return
-			}
+	// base[j] is the j-th window without rules; treated[j] the window
+	// after it, rules on even j and the control on odd.
+	n := 4 * sc.Runs
+	if r.cfg.RulesWindows > 0 {
+		n = r.cfg.RulesWindows
+	}
+	var base, treated []*measured
+	for j := 0; j <= n; j++ {
+		m, ok := run("norules", j)
+		if !ok {
+			return
 		}
+		base = append(base, m)
+		if j == n {
+			break
+		}
+		f := withRules
+		if j%2 == 1 {
+			f = withSpinner
+		}
+		if m, ok = f(j); !ok {
+			return
+		}
+		treated = append(treated, m)
 	}
-	pooled := func(k *kind) float64 { return Percentile(k.samples, 0.99) }
-	note := fmt.Sprintf("%s events/s offered as in the latency phase, %d watchers; rule i: tenant i, type=Warning and one team label, every matching event (one rule in ten can fire), to a webhook in the bench. %d rounds of three %s windows (without, with, a control), the order rotating; the value is the p99 of all the windows' samples together, the runs each window's", thousands(int64(rate)), sc.Watchers, rounds, window)
-	r.rep.AddValue(SecRules, "emit→watch p99 without rules", "ms", pooled(&without), without.p99s, nil, note)
-	r.rep.AddValue(SecRules, fmt.Sprintf("emit→watch p99 with %d rules", BenchRules), "ms", pooled(&with), with.p99s, nil, "the rules created before each window and deleted after it")
-	r.rep.AddValue(SecRules, "emit→watch p99 with rules ÷ without", "ratio", pooled(&with)/pooled(&without), ratios(with.p99s, without.p99s), Below(1.1),
-		"the pooled p99s' ratio; the runs are each round's windows' ratios, which move by far more than the pooled figure")
-	// The same between two pools that differ in nothing: the windows
-	// without rules of the even rounds and of the odd ones.
-	if h := without.half; len(h[0]) > 0 && len(h[1]) > 0 {
-		aa := Percentile(h[1], 0.99) / Percentile(h[0], 0.99)
-		r.rep.AddValue(SecRules, "emit→watch p99 without rules, odd rounds ÷ even", "ratio", aa, nil, nil,
-			"two pools alike, each half the size of those above: the noise the ratio above is measured in")
+	// Per kind (0 rules, 1 the control): the samples of all its windows,
+	// and each window's figures over the mean of its two neighbours'.
+	var pool [2][]float64
+	var p99s, rel, cpu, goCPU [2][]float64
+	var withoutP99s []float64
+	for j, t := range treated {
+		k := j % 2
+		before, after := base[j], base[j+1]
+		pool[k] = append(pool[k], t.samples...)
+		p99s[k] = append(p99s[k], t.p99)
+		rel[k] = append(rel[k], t.p99/((before.p99+after.p99)/2))
+		cpu[k] = append(cpu[k], t.cpu/((before.cpu+after.cpu)/2))
+		goCPU[k] = append(goCPU[k], t.goCPU/((before.goCPU+after.goCPU)/2))
 	}
-	if len(spun.samples) > 0 {
-		r.rep.AddValue(SecRules, fmt.Sprintf("emit→watch p99 with a %.2f-core spinner ÷ without", SpinnerCores), "ratio", pooled(&spun)/pooled(&without), ratios(spun.p99s, without.p99s), nil,
+	var without, half [2][]float64 // without rules: all, and by even and odd window
+	for j, b := range base {
+		without[0] = append(without[0], b.samples...)
+		half[j%2] = append(half[j%2], b.samples...)
+		withoutP99s = append(withoutP99s, b.p99)
+	}
+	p99w := Percentile(without[0], 0.99)
+	note := fmt.Sprintf("%s events/s offered as in the latency phase, %d watchers; rule i: tenant i, type=Warning and one team label, every matching event (one rule in ten can fire), to a webhook in the bench. %d windows of %s without rules, between each two a window with rules or the control in turn; the value is the p99 of all the windows' samples together, the runs each window's", thousands(int64(rate)), sc.Watchers, len(base), window)
+	r.rep.AddValue(SecRules, "emit→watch p99 without rules", "ms", p99w, withoutP99s, nil, note)
+	r.rep.AddValue(SecRules, fmt.Sprintf("emit→watch p99 with %d rules", BenchRules), "ms", Percentile(pool[0], 0.99), p99s[0], nil,
+		"the rules created before each window (in force, and every rule that can fire notified once) and deleted after it")
+	r.rep.AddValue(SecRules, "emit→watch p99 with rules ÷ without", "ratio", Percentile(pool[0], 0.99)/p99w, rel[0], Below(1.1),
+		"the two p99s above; the runs are each window's p99 over the mean of its two neighbours' without rules")
+	// The same between two pools that differ in nothing.
+	if len(half[0]) > 0 && len(half[1]) > 0 {
+		r.rep.AddValue(SecRules, "emit→watch p99 without rules, odd windows ÷ even", "ratio", Percentile(half[1], 0.99)/Percentile(half[0], 0.99), nil, nil,
+			"two pools alike, the windows without rules taken alternately: the noise the ratio above is measured in")
+	}
+	if len(pool[1]) > 0 {
+		r.rep.AddValue(SecRules, fmt.Sprintf("emit→watch p99 with a %.2f-core spinner ÷ without", SpinnerCores), "ratio", Percentile(pool[1], 0.99)/p99w, rel[1], nil,
 			"no rules; a goroutine of the bench on a thread of its own spins that share of each 10 ms, about the Go CPU the rules add (the next rows): what that much CPU spent on anything does to the figure")
 	}
-	if cpu := ratios(with.cpu, without.cpu); len(cpu) > 0 {
-		r.rep.Add(SecRules, "gateway CPU a window with rules ÷ without", "ratio", cpu, nil,
-			fmt.Sprintf("user+system seconds of the gateway process during each window (/proc/<pid>/stat), without %s s, with %s s: steadier than a p99 on a shared machine", joinF(without.cpu), joinF(with.cpu)))
-	}
-	if cpu := ratios(with.goCPU, without.goCPU); len(cpu) > 0 {
-		r.rep.Add(SecRules, "gateway Go CPU a window with rules ÷ without", "ratio", cpu, nil,
-			fmt.Sprintf("the same for the gateway's Go threads alone (/proc/<pid>/task), where the rules run, without %s s, with %s s; the rest is the embedded engine's inserts and merges, whose share varies from window to window as the store grows", joinF(without.goCPU), joinF(with.goCPU)))
-	}
+	r.rep.Add(SecRules, "gateway CPU a window with rules ÷ without", "ratio", cpu[0], nil,
+		"user+system seconds of the gateway process during each window with rules (/proc/<pid>/stat) over the mean of its neighbours': steadier than a p99 on a shared machine")
+	r.rep.Add(SecRules, "gateway Go CPU a window with rules ÷ without", "ratio", goCPU[0], nil,
+		"the same for the gateway's Go threads alone (/proc/<pid>/task), where the rules run; the rest is the embedded engine's inserts and merges, whose share varies from window to window as the store grows")
 	if len(notify) == 0 {
 		r.rep.Failed(SecRules, "notification p99 after its event", "ms", Below(1000), errors.New("no notification arrived during the runs"))
 		return
@@ -310,26 +332,6 @@ func spin(cores float64) (stop func()) {
 		}
 	}()
 	return func() { close(done); <-ended }
-}
-
-// ratios is num[i] ÷ den[i] for each i; nil unless both have as many.
-func ratios(num, den []float64) []float64 {
-	if len(num) != len(den) {
-		return nil
-	}
-	out := make([]float64, len(num))
-	for i := range num {
-		out[i] = num[i] / den[i]
-	}
-	return out
-}
-
-func joinF(xs []float64) string {
-	var parts []string
-	for _, x := range xs {
-		parts = append(parts, strconv.FormatFloat(x, 'f', 2, 64))
-	}
-	return strings.Join(parts, " / ")
 }
 
 // createBenchRules creates the section's rules and waits until they are in

@@ -67,7 +67,12 @@ type Config struct {
 	// half the EmitStream rate measured): with it, the latency phase runs
 	// without the throughput phase unless emit is selected.
 	LatencyRate int
-	Log         io.Writer
+	// RulesWindows, when above 0, is the number of the rules section's
+	// windows with rules and with the control together (else 4 × Runs):
+	// more resolve a smaller effect of the rules, in proportion to the
+	// square root of their number.
+	RulesWindows int
+	Log          io.Writer
 }
 
 // Section names.

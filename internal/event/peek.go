@@ -12,6 +12,9 @@ var (
 	tenantFields    = eventFields.ByName("tenant").Message().Fields()
 	tenantTypeField = tenantFields.ByName("type").Number()
 	tenantNameField = tenantFields.ByName("name").Number()
+	labelsField     = eventFields.ByName("labels").Number()
+	labelKeyField   = eventFields.ByName("labels").MapKey().Number()
+	labelValueField = eventFields.ByName("labels").MapValue().Number()
 )
 
 // EncodedHead is what a reader learns of a stored event without decoding
@@ -87,6 +90,73 @@ func peekTenant(b []byte, h *EncodedHead) bool {
 		b = b[n:]
 	}
 	return true
+}
+
+// PeekLabel reads the value of the label key of raw, an encoded event,
+// skipping every other field: found is false when the event has no such
+// label, ok false when raw is not a well-formed encoding. The value is what
+// Unmarshal would decode (the last entry of the key), sharing raw's memory
+// as PeekEncoded's do.
+func PeekLabel(raw []byte, key string) (value string, found, ok bool) {
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return "", false, false
+		}
+		raw = raw[n:]
+		if num == labelsField && typ == protowire.BytesType {
+			entry, n := protowire.ConsumeBytes(raw)
+			if n < 0 {
+				return "", false, false
+			}
+			raw = raw[n:]
+			k, v, ok := peekLabelEntry(entry)
+			if !ok {
+				return "", false, false
+			}
+			if k == key {
+				value, found = v, true
+			}
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, raw)
+		if n < 0 {
+			return "", false, false
+		}
+		raw = raw[n:]
+	}
+	return value, found, true
+}
+
+// peekLabelEntry reads a labels map entry: its key and value (empty when
+// left out, as Unmarshal reads them).
+func peekLabelEntry(b []byte) (key, value string, ok bool) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", "", false
+		}
+		b = b[n:]
+		if (num == labelKeyField || num == labelValueField) && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return "", "", false
+			}
+			if num == labelKeyField {
+				key = aliased(v)
+			} else {
+				value = aliased(v)
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return "", "", false
+		}
+		b = b[n:]
+	}
+	return key, value, true
 }
 
 // aliased is b as a string without a copy.

@@ -2,6 +2,7 @@ package event
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -62,6 +63,53 @@ func TestPeekEncodedReadsWhatUnmarshalDecodes(t *testing.T) {
 	}
 	for _, bad := range [][]byte{b[:len(b)-1], {0xff}, protowire.AppendTag(nil, typeField, protowire.BytesType)} {
 		if _, ok := PeekEncoded(bad); ok {
+			t.Fatalf("malformed %x peeked", bad)
+		}
+	}
+}
+
+func TestPeekLabelReadsWhatUnmarshalDecodes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < 300; i++ {
+		ev := storedLike(rng)
+		switch i % 3 {
+		case 1:
+			ev.Labels = nil
+		case 2:
+			ev.Labels = map[string]string{"team": "", "app": "web-" + strconv.Itoa(i)}
+		}
+		b, err := Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"team", "app", "absent"} {
+			v, found, ok := PeekLabel(b, key)
+			want, has := ev.Labels[key]
+			if !ok || found != has || v != want {
+				t.Fatalf("event %d, label %q: peeked %q (found %v, ok %v), decoded %q (found %v)", i, key, v, found, ok, want, has)
+			}
+		}
+	}
+	// A later entry of a key overrides the earlier one, as in Unmarshal.
+	b, err := Marshal(&eventgatev1.Event{Labels: map[string]string{"team": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := protowire.AppendTag(nil, labelKeyField, protowire.BytesType)
+	entry = protowire.AppendString(entry, "team")
+	entry = protowire.AppendTag(entry, labelValueField, protowire.BytesType)
+	entry = protowire.AppendString(entry, "b")
+	b = protowire.AppendTag(b, labelsField, protowire.BytesType)
+	b = protowire.AppendBytes(b, entry)
+	ev, err := Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, found, ok := PeekLabel(b, "team"); !ok || !found || v != ev.Labels["team"] || v != "b" {
+		t.Fatalf("repeated key: peeked %q (found %v, ok %v), decoded %q", v, found, ok, ev.Labels["team"])
+	}
+	for _, bad := range [][]byte{b[:len(b)-1], {0xff}, protowire.AppendTag(nil, labelsField, protowire.BytesType)} {
+		if _, _, ok := PeekLabel(bad, "team"); ok {
 			t.Fatalf("malformed %x peeked", bad)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	"github.com/eventgate/eventgate/internal/query"
 	"github.com/eventgate/eventgate/internal/rules/rule"
 )
 
@@ -331,7 +332,7 @@ func (sh *shard) decode(it event.WatchItem) (*eventgatev1.Event, []*compiled) {
 	}
 	// The head's strings share the message's bytes: a lookup keeps none.
 	rules := sh.byTen[Tenant{Type: h.TenantType, Name: h.TenantName}]
-	if !slices.ContainsFunc(rules, func(c *compiled) bool { return c.mayMatchType(h.Type) }) {
+	if !slices.ContainsFunc(rules, func(c *compiled) bool { return c.mayMatch(h.Type, it.Raw) }) {
 		return nil, nil
 	}
 	ev, err := event.Unmarshal(it.Raw)
@@ -343,12 +344,40 @@ func (sh *shard) decode(it event.WatchItem) (*eventgatev1.Event, []*compiled) {
 	return ev, rules
 }
 
-// mayMatchType reports whether an event of type typ may pass the rule's
-// filter or its resolve filter: false rules both out (Matches checks the
-// type first, the same way).
-func (c *compiled) mayMatchType(typ string) bool {
+// mayMatch reports whether an event of type typ, encoded as raw, may pass
+// the rule's filter or its resolve filter: false rules both out. It reads
+// the type and the labels a filter requires (=, ==, in, exists) from the
+// encoding and checks them as Matches does, so that an event none of its
+// tenant's rules can match is not decoded (most rules of a tenant select
+// a few of its events by a label).
+func (c *compiled) mayMatch(typ string, raw []byte) bool {
 	r := c.rule
-	return set(r.Filter.Type, typ) || (r.Resolve != nil && set(r.Resolve.Type, typ))
+	return mayPass(&r.Filter, typ, raw) || (r.Resolve != nil && mayPass(r.Resolve, typ, raw))
+}
+
+func mayPass(f *query.Filter, typ string, raw []byte) bool {
+	if !set(f.Type, typ) {
+		return false
+	}
+	for _, l := range f.Labels {
+		switch l.Op {
+		case "=", "==", "in", "exists":
+		default:
+			continue // met by an event without the label: decoded to tell
+		}
+		v, found, ok := event.PeekLabel(raw, l.Key)
+		switch {
+		case !ok:
+			return true // decoded, to log what is wrong with it
+		case !found:
+			return false
+		case (l.Op == "=" || l.Op == "==") && v != l.Values[0]:
+			return false
+		case l.Op == "in" && !slices.Contains(l.Values, v):
+			return false
+		}
+	}
+	return true
 }
 
 // publish queues the notifications, each under its id: the stream drops
