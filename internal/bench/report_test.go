@@ -119,6 +119,16 @@ func TestAddValueKeepsTheValueGivenAndJudgesIt(t *testing.T) {
 	}
 }
 
+func TestAARatiosCompareEachWindowWithTheMeanOfItsNeighbours(t *testing.T) {
+	got := aaRatios([]float64{10, 20, 30, 60, 30})
+	if diff := cmp.Diff([]float64{1, 30.0 / 40, 60.0 / 30}, got); diff != "" {
+		t.Errorf("ratios (-want +got):\n%s", diff)
+	}
+	if got := aaRatios([]float64{1, 2}); len(got) != 0 {
+		t.Errorf("two windows: %v, want none", got)
+	}
+}
+
 func TestWriteTable(t *testing.T) {
 	var b bytes.Buffer
 	if err := sampleReport().WriteTable(&b); err != nil {
