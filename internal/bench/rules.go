@@ -117,7 +117,7 @@ func (r *notifyReceiver) stop() {
 // On two shared cores a run's p99 moves by half or more from one run to
 // the next with nothing changed, and it drifts up over the section as the
 // store grows (the engine's merges), by several times on a fresh store:
-// far more than the 10% the section resolves. So the windows with rules
+// far more than the 10% the section is to resolve. So the windows with rules
 // and with the control (in turn, twice as many of each as a figure has
 // runs) each sit between two windows without rules, which a linear drift
 // moves as much as the window between them: each is compared with the
