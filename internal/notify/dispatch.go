@@ -1,8 +1,9 @@
 // Package notify delivers the notifications of rules (package rules queues
 // them): each rule's queue is a durable consumer of the notifications
-// stream, made with the rule's first notification and served by the
-// replica that owns the rule's shard, one worker per rule so that a slow
-// or dead destination delays nothing but itself.
+// stream (its state in the server's memory, made again from the delivery
+// log when a server restarts), made with the rule's first notification
+// and served by the replica that owns the rule's shard, one worker per
+// rule so that a slow or dead destination delays nothing but itself.
 // Delivery is at least once, under the notification's id; a failed attempt
 // is retried with exponential backoff until the retry period ends (a dead
 // letter), every attempt is recorded in the deliveries stream (the
@@ -161,7 +162,7 @@ const activeRescan = time.Minute
 // reconcile keeps one worker per owned, unpaused rule that has a delivery
 // queue: a rule notified at least once. Most rules are quiet most of the
 // time, and one that never notified needs no durable consumer on the
-// server (with its state files, ~40 KB of the server's memory and an idle
+// server (with its state, ~40 KB of the server's memory, and an idle
 // pull request each): its worker starts with its first notification,
 // which the engine tells of (Queued), or which a scan of the stream
 // finds if the replica that queued it stopped first.
@@ -300,6 +301,14 @@ type worker struct {
 	mu           sync.Mutex
 	rule         *rules.Rule
 	failingSince time.Time
+
+	// Of the current consumer, in the worker's goroutine: notifications
+	// settled before it was made again (resume), and its acknowledgement
+	// floor as last read, which the delivery log's records carry.
+	cons    jetstream.Consumer
+	settled map[uint64]bool
+	floor   uint64
+	floorAt time.Time
 }
 
 func (w *worker) setRule(r *rules.Rule) {
@@ -317,6 +326,7 @@ func (w *worker) current() *rules.Rule {
 func (w *worker) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		cons, err := w.consumer(ctx)
+		w.cons = cons
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("notify: delivery consumer", "err", err)
@@ -331,22 +341,123 @@ func (w *worker) run(ctx context.Context) {
 	}
 }
 
-// consumer creates the rule's queue, or takes it up where it was.
+// consumer takes the rule's queue up where it was, or makes it.
+//
+// The queue's consumer keeps its state (what was delivered, acknowledged,
+// is to be retried when) in the server's memory: a consumer on disk has
+// the server rewrite a state file (open, write, close, rename) after
+// every delivery and every acknowledgement, which cost a rule more than
+// evaluating it. The consumer lives as long as the server (on a cluster,
+// as long as a majority of its replicas); a server that restarts has
+// lost it, and the delivery log, written before each acknowledgement,
+// tells where the queue was: see resume.
 func (w *worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	rule := w.current()
-	cons, err := w.d.notify.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       consumerName(rule.UID),
+	name := consumerName(rule.UID)
+	cfg := jetstream.ConsumerConfig{
+		Durable:       name,
 		Description:   "delivery of rule " + rule.ID(),
 		FilterSubject: rules.NotifySubject(rule.UID),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       w.d.cfg.Timeout + ackMargin,
 		MaxDeliver:    -1,
 		MaxAckPending: 1000,
+		MemoryStorage: true,
+	}
+	cons, err := w.d.notify.Consumer(ctx, name)
+	switch {
+	case err == nil:
+		old := cons.CachedInfo().Config
+		if old.AckWait == cfg.AckWait && old.MaxAckPending == cfg.MaxAckPending && old.Description == cfg.Description {
+			return cons, nil
+		}
+		// What the server cannot change stays: a queue made on disk by an
+		// earlier version stays there.
+		cfg.MemoryStorage, cfg.DeliverPolicy, cfg.OptStartSeq = old.MemoryStorage, old.DeliverPolicy, old.OptStartSeq
+		if cons, err = w.d.notify.UpdateConsumer(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("update consumer %s: %w", name, err)
+		}
+		return cons, nil
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return nil, fmt.Errorf("consumer %s: %w", name, err)
+	}
+	start, settled, err := w.resume(ctx, rule.UID)
+	if err != nil {
+		return nil, fmt.Errorf("resume the queue of rule %s: %w", rule.ID(), err)
+	}
+	if start > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+	}
+	// Created by another worker meanwhile (a replica taking the rule over
+	// as this one lets it go): the error has run() look again.
+	if cons, err = w.d.notify.CreateConsumer(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("create consumer %s: %w", name, err)
+	}
+	if len(settled) > 0 {
+		w.log.Info("notify: delivery queue made again from the delivery log", "from", start, "settled", len(settled))
+	}
+	w.settled, w.floor, w.floorAt = settled, max(start, 1)-1, time.Time{}
+	return cons, nil
+}
+
+// clockSlack is how far the clocks of a cluster's servers may be apart:
+// the time a notification was queued, stamped by one server, against that
+// of an attempt logged by another.
+const clockSlack = time.Minute
+
+// resume finds where a rule's queue was, for a consumer made again after
+// the server lost it: the first notification to deliver (0: all of them),
+// and the ones after it that were delivered or given up on already.
+//
+// Every attempt's record carries the queue's acknowledgement floor as the
+// worker last read it: every notification of the rule up to it was
+// settled. The records of the notifications after it were all written
+// after the first of them was queued, so resume reads the log from then.
+// A notification whose attempt was not recorded (the gateway stopped
+// between the attempt and its record, or the record failed) is delivered
+// again, under its id; so is one whose record the log no longer holds
+// (maxLogPerRule).
+func (w *worker) resume(ctx context.Context, ruleUID string) (uint64, map[uint64]bool, error) {
+	last, err := w.d.logS.GetLastMsgForSubject(ctx, logSubject(ruleUID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil, nil // nothing attempted yet
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("last delivery record: %w", err)
+	}
+	var lr Record
+	if err := json.Unmarshal(last.Data, &lr); err != nil {
+		return 0, nil, fmt.Errorf("last delivery record: %w", err)
+	}
+	start := lr.Floor + 1
+	first, err := w.d.notify.GetMsg(ctx, start, jetstream.WithGetMsgSubject(rules.NotifySubject(ruleUID)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return start, nil, nil // nothing queued after the floor
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("first notification after the floor: %w", err)
+	}
+	since := first.Time.Add(-clockSlack)
+	if last.Time.Before(since) {
+		return start, nil, nil // none of them attempted
+	}
+	settled := map[uint64]bool{}
+	err = readSubject(ctx, w.d.logS, logSubject(ruleUID), since, func(m jetstream.Msg) error {
+		var r Record
+		if json.Unmarshal(m.Data(), &r) != nil || r.Seq < start {
+			return nil
+		}
+		if r.Status == StatusDelivered || r.Status == StatusDead {
+			settled[r.Seq] = true
+		} else {
+			delete(settled, r.Seq) // its latest record tells
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create consumer %s: %w", consumerName(rule.UID), err)
+		return 0, nil, fmt.Errorf("read delivery log: %w", err)
 	}
-	return cons, nil
+	return start, settled, nil
 }
 
 // consume delivers what the queue holds and waits for more. One pull
@@ -430,6 +541,12 @@ func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
+	if w.settled[meta.Sequence.Stream] {
+		// Delivered (or given up on) before the server lost the queue.
+		delete(w.settled, meta.Sequence.Stream)
+		_ = m.Ack()
+		return
+	}
 	var n rules.Notification
 	if err := json.Unmarshal(m.Data(), &n); err != nil {
 		w.log.Error("notify: undecodable notification", "seq", meta.Sequence.Stream, "err", err)
@@ -460,31 +577,37 @@ func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
 	out := w.d.sender.send(actx, rule.Destination, &n, m.Data())
 	acancel()
 	rec := Record{NotificationID: n.ID, Seq: meta.Sequence.Stream, State: n.State, EventUID: n.EventUID(), Created: n.Time,
-		Time: start.UTC(), Latency: time.Since(start), Code: out.code}
+		Time: start.UTC(), Latency: time.Since(start), Code: out.code, Floor: w.ackFloor(ctx)}
 	now := time.Now()
-	if out.err == nil {
+	switch {
+	case out.err == nil:
 		rec.Status = StatusDelivered
+		w.failingSince = time.Time{}
+	case now.Sub(meta.Timestamp) >= w.d.cfg.RetryFor:
+		rec.Status, rec.Error = StatusDead, out.err.Error()
+	default:
+		rec.Status, rec.Error = StatusRetrying, out.err.Error()
+	}
+	if out.err != nil && w.failingSince.IsZero() {
+		w.failingSince = now
+	}
+	// The record before the acknowledgement: a queue the server lost is
+	// made again from the log (resume), which must know of every
+	// notification settled.
+	w.record(ctx, rule.UID, rec)
+	switch rec.Status {
+	case StatusDelivered:
 		// Not DoubleAck: waiting for the server to confirm costs a
 		// reply and a round trip, and guards against nothing delivery at
 		// least once needs: an acknowledgement lost with the connection
 		// has the notification sent again after the ack wait, under its
 		// id, as one the attempt made but never acknowledged would be.
 		_ = m.Ack()
-		w.failingSince = time.Time{}
-	} else {
-		rec.Error = out.err.Error()
-		if w.failingSince.IsZero() {
-			w.failingSince = now
-		}
-		if now.Sub(meta.Timestamp) >= w.d.cfg.RetryFor {
-			rec.Status = StatusDead
-			_ = m.Term()
-		} else {
-			rec.Status = StatusRetrying
-			_ = m.NakWithDelay(w.d.cfg.backoff(meta.NumDelivered))
-		}
+	case StatusDead:
+		_ = m.Term()
+	default:
+		_ = m.NakWithDelay(w.d.cfg.backoff(meta.NumDelivered))
 	}
-	w.record(ctx, rule.UID, rec)
 	if out.err != nil && now.Sub(w.failingSince) >= w.d.cfg.PauseAfter {
 		reason := fmt.Sprintf("destination failing since %s: %s", w.failingSince.UTC().Format(time.RFC3339), rec.Error)
 		// Not ctx: pausing the rule stops this worker, which may cancel
@@ -501,6 +624,25 @@ func (w *worker) deliver(ctx context.Context, m jetstream.Msg) {
 		}
 		w.failingSince = time.Time{}
 	}
+}
+
+// ackFloor is the queue's acknowledgement floor as the server last told
+// it, read at most once a second: every notification of the rule up to
+// it is settled. Read before the attempt being recorded is acknowledged,
+// it may lag, which has resume look at a few records more.
+func (w *worker) ackFloor(ctx context.Context) uint64 {
+	if w.cons == nil || time.Since(w.floorAt) < time.Second {
+		return w.floor
+	}
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	info, err := w.cons.Info(ictx)
+	if err != nil {
+		w.log.Debug("notify: acknowledgement floor", "err", err)
+		return w.floor
+	}
+	w.floor, w.floorAt = max(w.floor, info.AckFloor.Stream), time.Now()
+	return w.floor
 }
 
 func (w *worker) record(ctx context.Context, ruleUID string, r Record) {

@@ -205,9 +205,10 @@ const deliveryRules = 100
 // Each is queued as a shard queues it (deduplicated under its id), round
 // robin over deliveryRules rules, at rate per second: a trickle, as rules
 // fire on a live feed, not a backlog: at 1,000/s each rule gets one every
-// 100ms, at 100/s one a second (the server writes a consumer's state at
-// most every 100ms, so the sparser a rule's notifications, the fewer
-// writes they share). queue=only queues them with no dispatcher running:
+// 100ms, at 100/s one a second (until the queues' state moved to the
+// server's memory, the server wrote a consumer's state at most every
+// 100ms, so the sparser a rule's notifications, the fewer writes they
+// shared). queue=only queues them with no dispatcher running:
 // the floor that is not delivery's (the queuing, the engine idling).
 // -benchtime=2000x.
 func BenchmarkDeliveryCPU(b *testing.B) {

@@ -47,6 +47,9 @@ type Record struct {
 	Latency        time.Duration `json:"latency"`
 	Code           int           `json:"code,omitempty"`
 	Error          string        `json:"error,omitempty"`
+	// Floor: every notification of the rule up to this sequence was
+	// settled (delivered or given up on) when the attempt was recorded.
+	Floor uint64 `json:"floor,omitempty"`
 }
 
 // The delivery log's domain, re-exported from package delivery.
@@ -71,8 +74,9 @@ func ensureLog(ctx context.Context, js jetstream.JetStream, retention time.Durat
 	return s, nil
 }
 
-// readSubject calls fn with every message of subj in s, oldest first.
-func readSubject(ctx context.Context, s jetstream.Stream, subj string, fn func(jetstream.Msg) error) error {
+// readSubject calls fn with every message of subj in s, oldest first,
+// from those stored at since on (zero: all).
+func readSubject(ctx context.Context, s jetstream.Stream, subj string, since time.Time, fn func(jetstream.Msg) error) error {
 	last, err := s.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
@@ -80,7 +84,14 @@ func readSubject(ctx context.Context, s jetstream.Stream, subj string, fn func(j
 	if err != nil {
 		return err
 	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	if last.Time.Before(since) {
+		return nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}}
+	if !since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	cons, err := s.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -107,7 +118,7 @@ func readSubject(ctx context.Context, s jetstream.Stream, subj string, fn func(j
 func (d *Dispatcher) Deliveries(ctx context.Context, ruleUID string, limit int) ([]Delivery, error) {
 	byID := map[string]*Delivery{}
 	var order []string
-	err := readSubject(ctx, d.logS, logSubject(ruleUID), func(m jetstream.Msg) error {
+	err := readSubject(ctx, d.logS, logSubject(ruleUID), time.Time{}, func(m jetstream.Msg) error {
 		var r Record
 		if json.Unmarshal(m.Data(), &r) != nil {
 			return nil
@@ -145,7 +156,7 @@ var ErrNoNotification = delivery.ErrNoNotification
 // notification id, which receivers deduplicate by if they wish.
 func (d *Dispatcher) Redeliver(ctx context.Context, ruleUID, notificationID string) error {
 	var found *nats.Msg
-	err := readSubject(ctx, d.notify, rules.NotifySubject(ruleUID), func(m jetstream.Msg) error {
+	err := readSubject(ctx, d.notify, rules.NotifySubject(ruleUID), time.Time{}, func(m jetstream.Msg) error {
 		if m.Headers().Get(rules.HeaderNotificationID) == notificationID {
 			found = &nats.Msg{Subject: m.Subject(), Data: m.Data(), Header: nats.Header{}}
 			found.Header.Set(rules.HeaderNotificationID, notificationID)

@@ -31,7 +31,10 @@ import (
 // ns is the package's real NATS JetStream server, started once; each test
 // starts from empty streams and buckets (newEnv deletes them), so tests
 // must not run in parallel.
-var ns *server.Server
+var (
+	ns    *server.Server
+	nsDir string
+)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "notify-test-")
@@ -39,6 +42,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	nsDir = dir
 	ns, err = ejs.Embedded(dir, "127.0.0.1:-1")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -46,6 +50,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	ns.Shutdown()
+	ns.WaitForShutdown()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -268,13 +273,31 @@ func reasonFilter(reason string) query.Filter {
 	return query.Filter{Reason: query.StringSet{In: []string{reason}}}
 }
 
+// restartServer stops the package's server and starts it again on its
+// store and port, as a gateway restarted with its embedded server: what
+// it kept on disk is back, what it kept in memory is gone. Connections
+// to it are cut.
+func restartServer(t *testing.T) {
+	t.Helper()
+	addr := ns.Addr().String()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	s, err := ejs.Embedded(nsDir, addr)
+	if err != nil {
+		t.Fatalf("start the server again: %v", err)
+	}
+	ns = s
+}
+
 // receiver is an HTTP destination that records what it accepted, by id.
 type receiver struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
 	got  []received
 	down atomic.Bool
-	seen chan received
+	// refuse: a notification id the receiver answers 503 while set.
+	refuse atomic.Pointer[string]
+	seen   chan received
 }
 
 type received struct {
@@ -288,6 +311,10 @@ func newReceiver(t *testing.T, check func(http.Header, []byte) error) *receiver 
 	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rc.down.Load() {
 			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		if id := rc.refuse.Load(); id != nil && *id == r.Header.Get(signature.HeaderID) {
+			http.Error(w, "refused", http.StatusServiceUnavailable)
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
