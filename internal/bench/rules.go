@@ -152,11 +152,12 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 	run := func(name string, i int) (*measured, bool) {
 		cpu0, cerr := g.CPUTime()
 		split0, serr := g.CPU()
-		// With -profile, the first window of each kind is sampled (pprof,
-		// the same overhead in all).
+		// With -profile, every window is sampled (pprof, the same overhead
+		// in all): one window's profile is a few seconds of a noisy
+		// machine, those of a kind merged are a comparison.
 		var profiled chan error
-		path := filepath.Join(r.cfg.WorkDir, "cpu."+name+".pb.gz")
-		if r.cfg.Profile && i == 0 {
+		path := filepath.Join(r.cfg.WorkDir, fmt.Sprintf("cpu.%s.%d.pb.gz", name, i+1))
+		if r.cfg.Profile {
 			profiled = make(chan error, 1)
 			go func() { profiled <- g.SaveCPUProfile(ctx, window, path) }()
 		}

@@ -60,8 +60,9 @@ type Config struct {
 	Commit string
 	// Profile samples the gateway with perf during the emit and latency
 	// phases (WorkDir/perf.data and its reports), and with pprof during
-	// the rules section's first run without rules and first with them
-	// (WorkDir/cpu.norules.pb.gz, cpu.rules.pb.gz).
+	// every window of the rules section (WorkDir/cpu.<kind>.<i>.pb.gz,
+	// kind norules, rules or spinner; `go tool pprof` merges those of a
+	// kind).
 	Profile bool
 	// LatencyRate, when above 0, is the latency phase's offered rate (else
 	// half the EmitStream rate measured): with it, the latency phase runs
