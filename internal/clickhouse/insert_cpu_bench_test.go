@@ -1,0 +1,101 @@
+package clickhouse
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
+	"github.com/eventgate/eventgate/internal/event"
+)
+
+// BenchmarkInsertCPU measures what the ingest's inserts cost the process
+// (the embedded engine's threads and the Go side together: getrusage) per
+// 1,000 rows, paced as the ingest inserts at the bench's latency rate: a
+// batch of insertCPUBatch rows every DefaultBatchWait, for
+// EVENTGATE_BENCH_SECONDS (default 20), merges included as they happen.
+// Each sub-benchmark starts on a fresh database and drops one part of the
+// schema first, so that the difference with "as-is" is that part's share:
+// the materialized views (analytics and rollup marks) and the skip indexes
+// of the events table. -benchtime 1x.
+//
+//	go test -run '^$' -bench BenchmarkInsertCPU -benchtime 1x ./internal/clickhouse/
+func BenchmarkInsertCPU(b *testing.B) {
+	views := []string{"analytics_events_mv", "analytics_series_mv", "series_minute_totals_mv", "event_minutes_mv", "rollup_marks_mv"}
+	indexes := []string{"uid_bf", "name_bf", "related_name_bf", "event_time_mm"}
+	for _, v := range []struct {
+		name string
+		drop func(db string) []string
+	}{
+		{"as-is", func(string) []string { return nil }},
+		{"without-views", func(db string) (qs []string) {
+			for _, v := range views {
+				qs = append(qs, "DROP VIEW "+db+"."+quoteIdent(v))
+			}
+			return qs
+		}},
+		{"without-skip-indexes", func(db string) (qs []string) {
+			for _, ix := range indexes {
+				qs = append(qs, "ALTER TABLE "+db+".events DROP INDEX "+ix)
+			}
+			return qs
+		}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Database = chtest.Database(b)
+			s := openStore(b, chtest.Transports[0], cfg)
+			ctx := context.Background()
+			defer func() {
+				s.Close()
+				chtest.Engine(b).Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
+			}()
+			for _, q := range v.drop(quoteIdent(cfg.Database)) {
+				if err := s.t.exec(ctx, q, nil); err != nil {
+					b.Fatalf("%s: %v", q, err)
+				}
+			}
+			seconds := benchCount("EVENTGATE_BENCH_SECONDS", 20)
+			per := int(time.Second / DefaultBatchWait)
+			rows := make([]Row, seconds*per*insertCPUBatch)
+			now := time.Now()
+			for i := range rows {
+				ev := chtest.RealisticEvent(i, 1000, now)
+				ev.Series = nil
+				raw, err := event.Marshal(ev)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rows[i] = Row{Seq: uint64(i + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: now, Raw: raw, WriteReason: "created"}
+			}
+			b.ResetTimer()
+			for range b.N {
+				cpu0 := processCPU()
+				next := time.Now()
+				for start := 0; start < len(rows); start += insertCPUBatch {
+					time.Sleep(time.Until(next))
+					next = next.Add(DefaultBatchWait)
+					if err := s.Insert(ctx, rows[start:start+insertCPUBatch]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(processCPU()-cpu0)/1e6/(float64(len(rows))/1000), "cpu-ms/1k-rows")
+			}
+		})
+	}
+}
+
+// insertCPUBatch is what the ingest inserts every DefaultBatchWait at the
+// full-scale bench's latency rate (9,200 events/s).
+const insertCPUBatch = 4600
+
+// processCPU is the process's user and system CPU time so far, every
+// thread.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
