@@ -77,17 +77,24 @@ type testEnv struct {
 	cleanup []func()
 }
 
-func newEnv(t *testing.T) *testEnv {
+// connectJS connects to the package's server for the test's duration.
+func connectJS(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	e := &testEnv{t: t, stream: "EVENTS"}
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	if e.pub, err = jetstream.New(nc); err != nil {
+	js, err := jetstream.New(nc)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+func newEnv(t *testing.T) *testEnv {
+	t.Helper()
+	e := &testEnv{t: t, stream: "EVENTS", pub: connectJS(t)}
 	ctx := context.Background()
 	for _, s := range []string{"EVENTS", rules.NotifyStream, LogStream} {
 		_ = e.pub.DeleteStream(ctx, s)
@@ -271,6 +278,27 @@ func (e *testEnv) waitEvaluated(r *rules.Rule, reps ...*replica) {
 
 func reasonFilter(reason string) query.Filter {
 	return query.Filter{Reason: query.StringSet{In: []string{reason}}}
+}
+
+// waitDeliveries polls rep's delivery log of rule uid (at most limit
+// deliveries, newest first) until done holds of it, and returns it; the
+// test fails after 10s, saying what it waited for.
+func waitDeliveries(t *testing.T, rep *replica, uid string, limit int, what string, done func([]Delivery) bool) []Delivery {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ds, err := rep.disp.Deliveries(context.Background(), uid, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done(ds) {
+			return ds
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: delivery log %+v", what, ds)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the delivery log
+	}
 }
 
 // restartServer stops the package's server and starts it again on its

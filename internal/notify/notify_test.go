@@ -114,26 +114,15 @@ func TestReceiverDownGetsEveryNotificationOnceItIsBack(t *testing.T) {
 	}
 	// Down until every notification failed at least twice.
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ds, err := rep.disp.Deliveries(ctx, r.UID, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
+	waitDeliveries(t, rep, r.UID, 100, "every notification failed twice", func(ds []Delivery) bool {
 		failedTwice := 0
 		for _, d := range ds {
 			if d.Status == StatusRetrying && len(d.Attempts) >= 2 {
 				failedTwice++
 			}
 		}
-		if failedTwice == 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("deliveries while down: %+v", ds)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the delivery log
-	}
+		return failedTwice == 5
+	})
 	rc.down.Store(false)
 	ids := map[string]int{}
 	for i := 0; i < 5; i++ {
@@ -317,21 +306,9 @@ func TestDeadLetterIsRecordedAndRedeliverSendsItAgain(t *testing.T) {
 	}, rep)
 	e.emit(podEvent("Normal", "Deployed", "app"))
 	ctx := context.Background()
-	var ds []Delivery
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var err error
-		if ds, err = rep.disp.Deliveries(ctx, r.UID, 10); err != nil {
-			t.Fatal(err)
-		}
-		if len(ds) == 1 && ds[0].Status == StatusDead {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no dead letter: %+v", ds)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the delivery log
-	}
+	ds := waitDeliveries(t, rep, r.UID, 10, "a dead letter", func(ds []Delivery) bool {
+		return len(ds) == 1 && ds[0].Status == StatusDead
+	})
 	rc.down.Store(false)
 	if err := rep.disp.Redeliver(ctx, r.UID, ds[0].NotificationID); err != nil {
 		t.Fatal(err)
@@ -339,20 +316,9 @@ func TestDeadLetterIsRecordedAndRedeliverSendsItAgain(t *testing.T) {
 	if got := rc.next(t, 10*time.Second); got.id != ds[0].NotificationID {
 		t.Errorf("redelivered %q, want %q", got.id, ds[0].NotificationID)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		var err error
-		if ds, err = rep.disp.Deliveries(ctx, r.UID, 10); err != nil {
-			t.Fatal(err)
-		}
-		if len(ds) == 1 && ds[0].Status == StatusDelivered {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("delivery log after redelivery: %+v", ds)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the delivery log
-	}
+	ds = waitDeliveries(t, rep, r.UID, 10, "delivered after the redelivery", func(ds []Delivery) bool {
+		return len(ds) == 1 && ds[0].Status == StatusDelivered
+	})
 	if !slices.ContainsFunc(ds[0].Attempts, func(a Attempt) bool { return a.Error != "" }) {
 		t.Errorf("delivery log lost the failed attempts: %+v", ds[0].Attempts)
 	}

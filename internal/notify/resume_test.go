@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/eventgate/eventgate/internal/rules"
@@ -44,37 +44,15 @@ func TestAQueueTheServerLostResumesWithoutLostOrDoubledNotifications(t *testing.
 		ids[rc.next(t, 10*time.Second).id]++
 	}
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ds, err := a.disp.Deliveries(ctx, r.UID, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		retried := 0
-		for _, d := range ds {
-			if d.NotificationID == refused && d.Status == StatusRetrying && len(d.Attempts) >= 2 {
-				retried++
-			}
-		}
-		if retried == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the refused notification was not retried: %+v", ds)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the delivery log
-	}
+	waitDeliveries(t, a, r.UID, 10, "the refused notification retried", func(ds []Delivery) bool {
+		return slices.ContainsFunc(ds, func(d Delivery) bool {
+			return d.NotificationID == refused && d.Status == StatusRetrying && len(d.Attempts) >= 2
+		})
+	})
 
 	a.kill()
 	restartServer(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if e.pub, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
+	e.pub = connectJS(t)
 	s, err := e.pub.Stream(ctx, rules.NotifyStream)
 	if err != nil {
 		t.Fatal(err)
