@@ -276,6 +276,15 @@ func (e *testEnv) waitEvaluated(r *rules.Rule, reps ...*replica) {
 	}
 }
 
+// everyDeployed is a rule notifying rc, signed, of every Deployed event
+// of its tenant.
+func everyDeployed(rc *receiver) *rules.Rule {
+	return &rules.Rule{
+		Name: "every", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
+		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
+	}
+}
+
 func reasonFilter(reason string) query.Filter {
 	return query.Filter{Reason: query.StringSet{In: []string{reason}}}
 }

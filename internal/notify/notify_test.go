@@ -104,11 +104,7 @@ func TestReceiverDownGetsEveryNotificationOnceItIsBack(t *testing.T) {
 	rep := e.start("a")
 	rc := newReceiver(t, verifying)
 	rc.down.Store(true)
-	r := e.createRule(rep, &rules.Rule{
-		Name: "every", Filter: reasonFilter("Deployed"),
-		Condition:   rules.Condition{Kind: rules.KindEvery},
-		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
-	}, rep)
+	r := e.createRule(rep, everyDeployed(rc), rep)
 	for i := 0; i < 5; i++ {
 		e.emit(podEvent("Normal", "Deployed", fmt.Sprintf("app-%d", i)))
 	}
@@ -159,10 +155,7 @@ func TestOwnerKilledIsTakenOverWithoutLostOrDoubledNotifications(t *testing.T) {
 	e.rcfg.Checkpoint = 100 * time.Millisecond
 	b := e.start("b")
 	rc := newReceiver(t, verifying)
-	every := e.createRule(a, &rules.Rule{
-		Name: "every", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
-		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
-	}, a)
+	every := e.createRule(a, everyDeployed(rc), a)
 	count := e.createRule(a, &rules.Rule{
 		Name: "backoff", Filter: reasonFilter("BackOff"),
 		Condition:   rules.Condition{Kind: rules.KindCount, Threshold: 5, Window: time.Minute},
@@ -300,10 +293,7 @@ func TestDeadLetterIsRecordedAndRedeliverSendsItAgain(t *testing.T) {
 	rep := e.start("a")
 	rc := newReceiver(t, verifying)
 	rc.down.Store(true)
-	r := e.createRule(rep, &rules.Rule{
-		Name: "every", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
-		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
-	}, rep)
+	r := e.createRule(rep, everyDeployed(rc), rep)
 	e.emit(podEvent("Normal", "Deployed", "app"))
 	ctx := context.Background()
 	ds := waitDeliveries(t, rep, r.UID, 10, "a dead letter", func(ds []Delivery) bool {
@@ -503,10 +493,7 @@ func TestFailingDestinationPausesItsRuleUntilResumed(t *testing.T) {
 	rep := e.start("a")
 	rc := newReceiver(t, verifying)
 	rc.down.Store(true)
-	r := e.createRule(rep, &rules.Rule{
-		Name: "every", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
-		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
-	}, rep)
+	r := e.createRule(rep, everyDeployed(rc), rep)
 	e.emit(podEvent("Normal", "Deployed", "app"))
 	ctx := context.Background()
 	var stored *rules.Rule
@@ -547,10 +534,7 @@ func TestStoppingWithdrawsThePullRequestsAtOnce(t *testing.T) {
 	e := newEnv(t)
 	rep := e.start("a")
 	rc := newReceiver(t, verifying)
-	r := e.createRule(rep, &rules.Rule{
-		Name: "every", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
-		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
-	}, rep)
+	r := e.createRule(rep, everyDeployed(rc), rep)
 	e.emit(podEvent("Normal", "Deployed", "app-1"))
 	rc.next(t, 10*time.Second)
 	e.waitDeliveriesSettled(r)

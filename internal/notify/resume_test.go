@@ -21,10 +21,7 @@ func TestAQueueTheServerLostResumesWithoutLostOrDoubledNotifications(t *testing.
 	e := newEnv(t)
 	a := e.start("a")
 	rc := newReceiver(t, verifying)
-	r := e.createRule(a, &rules.Rule{
-		Name: "every", Filter: reasonFilter("Deployed"), Condition: rules.Condition{Kind: rules.KindEvery},
-		Destination: rules.Destination{Kind: rules.DestWebhook, URL: rc.srv.URL, Secret: secret},
-	}, a)
+	r := e.createRule(a, everyDeployed(rc), a)
 	id := func(n int) string { return fmt.Sprintf("%s:ev-%d:firing", r.ID(), n) }
 	ids := map[string]int{}
 	for i := 1; i <= 3; i++ {
