@@ -159,3 +159,132 @@ func TestRuleOwnerKilledIsTakenOverWithoutLostOrDoubledNotification(t *testing.T
 		t.Errorf("leases after the kill: %v, want every shard held by b", owners)
 	}
 }
+
+// TestGatewayKilledOnItsEmbeddedServerDeliversEveryNotificationOnce: a
+// single gateway on its embedded NATS server keeps its rules' delivery
+// queues in the server's memory. Killed (SIGKILL) and started again on its
+// data directory, it makes them again from the delivery log: what was
+// delivered before the kill is not sent again; what was being retried,
+// and what is queued after the restart, arrives once each.
+func TestGatewayKilledOnItsEmbeddedServerDeliversEveryNotificationOnce(t *testing.T) {
+	bin := buildGateway(t)
+	dir := t.TempDir()
+	flags := []string{"--notify-backoff", "100ms", "--notify-max-backoff", "500ms"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srv, got, down := switchableReceiver(t)
+
+	a := startProcess(t, bin, dir, flags...)
+	code, m := restJSON(t, http.MethodPost, a.httpURL+"/v1/rules", `{"name":"deploys","tenant":{"type":"project","name":"shop"},
+		"fieldSelector":"reason=Deployed","condition":{"every":{}},
+		"destination":{"webhook":{"url":"`+srv.URL+`","secret":"`+ruleSecret+`"}}}`)
+	if code != http.StatusOK {
+		t.Fatalf("create rule: %d %v", code, m)
+	}
+	emit := func(p *gatewayProcess, name string) string {
+		t.Helper()
+		conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		resp, err := eventgatev1.NewEventServiceClient(conn).Emit(ctx, &eventgatev1.EmitRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: "shop"},
+			Events: []*eventgatev1.Event{{Reason: "Deployed", Type: "Normal", Note: "deployed " + name, ReportingController: "ci", Action: "Deploy",
+				Regarding: &eventgatev1.ObjectReference{ApiVersion: "apps/v1", Kind: "Deployment", Namespace: "shop", Name: name}}}})
+		if err != nil {
+			t.Fatalf("emit %s: %v", name, err)
+		}
+		return "project/shop/deploys:" + resp.Results[0].Uid + ":firing"
+	}
+	ids := map[string]int{}
+	want := map[string]bool{}
+	probes := map[string]bool{}
+	receive := func(n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			select {
+			case nt := <-got:
+				ids[nt.ID]++
+				if probes[nt.ID] {
+					i-- // a late probe's: not one of the n
+				}
+			case <-ctx.Done():
+				t.Fatalf("%d of %d notifications received; ids so far %v", i, n, ids)
+			}
+		}
+	}
+	// A first event, emitted until one is notified, shows the rule is
+	// evaluated.
+	for probe := 0; len(ids) == 0; probe++ {
+		probes[emit(a, fmt.Sprintf("probe-%d", probe))] = true
+		select {
+		case nt := <-got:
+			ids[nt.ID]++
+		case <-time.After(time.Second):
+		}
+	}
+	for i := 0; i < 3; i++ {
+		want[emit(a, fmt.Sprintf("before-%d", i))] = true
+	}
+	receive(3)
+	down.Store(true)
+	retried := map[string]bool{}
+	for i := 0; i < 2; i++ {
+		id := emit(a, fmt.Sprintf("retried-%d", i))
+		want[id], retried[id] = true, true
+	}
+	// Killed once both were refused twice and every earlier one is
+	// recorded as delivered: nothing is in flight to the receiver.
+	for {
+		_, _, m := restDo(t, http.MethodGet, a.httpURL+"/v1/rules/deploys/deliveries?tenant.type=project&tenant.name=shop&pageSize=100", "", nil)
+		ds, _ := m["deliveries"].([]any)
+		refused, delivered := 0, 0
+		for _, d := range ds {
+			d, _ := d.(map[string]any)
+			attempts, _ := d["attempts"].([]any)
+			switch id, _ := d["notificationId"].(string); {
+			case retried[id] && d["status"] == "DELIVERY_STATUS_RETRYING" && len(attempts) >= 2:
+				refused++
+			case ids[id] == 1 && d["status"] == "DELIVERY_STATUS_DELIVERED":
+				delivered++
+			}
+		}
+		if refused == len(retried) && delivered == len(ids) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("delivery log before the kill: %v", m)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the delivery log
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.cmd.Wait()
+
+	down.Store(false)
+	b := startProcess(t, bin, dir, flags...)
+	for i := 0; i < 2; i++ {
+		want[emit(b, fmt.Sprintf("after-%d", i))] = true
+	}
+	receive(4) // the two retried, the two after
+	for quiet := time.After(3 * time.Second); ; {
+		select {
+		case nt := <-got:
+			ids[nt.ID]++
+			continue
+		case <-quiet:
+		}
+		break
+	}
+	for id, n := range ids {
+		if n != 1 {
+			t.Errorf("notification %s received %d times", id, n)
+		}
+	}
+	for id := range want {
+		if ids[id] != 1 {
+			t.Errorf("notification %s received %d times, want once (received %v)", id, ids[id], ids)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,8 +33,21 @@ const ruleSecret = "a-signing-secret-of-32-bytes-xxx"
 // the README says, and passes the notifications on.
 func signedReceiver(t *testing.T) (*httptest.Server, <-chan rules.Notification) {
 	t.Helper()
-	got := make(chan rules.Notification, 100)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, got, _ := switchableReceiver(t)
+	return srv, got
+}
+
+// switchableReceiver is signedReceiver with a switch: while down is set it
+// answers 503 and records nothing.
+func switchableReceiver(t *testing.T) (srv *httptest.Server, got <-chan rules.Notification, down *atomic.Bool) {
+	t.Helper()
+	ch := make(chan rules.Notification, 100)
+	down = new(atomic.Bool)
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		if err := signature.Verify([]byte(ruleSecret), r.Header.Get(signature.HeaderTimestamp), r.Header.Get(signature.HeaderSignature), body, 5*time.Minute, time.Now()); err != nil {
 			t.Errorf("delivery with a bad signature: %v", err)
@@ -44,11 +58,11 @@ func signedReceiver(t *testing.T) (*httptest.Server, <-chan rules.Notification) 
 		if err := json.Unmarshal(body, &n); err != nil {
 			t.Errorf("delivery body: %v", err)
 		}
-		got <- n
+		ch <- n
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(srv.Close)
-	return srv, got
+	return srv, ch, down
 }
 
 func restJSON(t *testing.T, method, url, body string) (int, map[string]any) {
