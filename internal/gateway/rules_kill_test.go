@@ -14,6 +14,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/natstest"
+	"github.com/eventgate/eventgate/internal/rules"
 )
 
 // leaseOwners reads which replica holds each rules shard's lease, by shard.
@@ -39,6 +40,78 @@ func leaseOwners(ctx context.Context, t *testing.T, url string) map[string]strin
 		}
 	}
 	return out
+}
+
+// received counts a receiver's notifications by id. Probes (events
+// emitted until one is notified, to show that a rule is evaluated) are
+// counted but never among the notifications a test waits for.
+type received struct {
+	t      *testing.T
+	ctx    context.Context
+	got    <-chan rules.Notification
+	ids    map[string]int
+	probes map[string]bool
+}
+
+func newReceived(ctx context.Context, t *testing.T, got <-chan rules.Notification) *received {
+	return &received{t: t, ctx: ctx, got: got, ids: map[string]int{}, probes: map[string]bool{}}
+}
+
+// probe calls emit (which returns the id of the notification its event
+// makes) until a notification arrives.
+func (r *received) probe(emit func(name string) string) {
+	r.t.Helper()
+	for i := 0; len(r.ids) == 0; i++ {
+		r.probes[emit(fmt.Sprintf("probe-%d", i))] = true
+		select {
+		case nt := <-r.got:
+			r.ids[nt.ID]++
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// wait waits for n notifications that are not probes'.
+func (r *received) wait(n int) {
+	r.t.Helper()
+	for i := 0; i < n; {
+		select {
+		case nt := <-r.got:
+			r.ids[nt.ID]++
+			if !r.probes[nt.ID] {
+				i++
+			}
+		case <-r.ctx.Done():
+			r.t.Fatalf("%d of %d notifications received; ids so far %v", i, n, r.ids)
+		}
+	}
+}
+
+// quiet counts what arrives for d and returns the ids that are not
+// probes' (the absence of a doubled notification can only be observed
+// over some time).
+func (r *received) quiet(d time.Duration) (unexpected []string) {
+	for done := time.After(d); ; {
+		select {
+		case nt := <-r.got:
+			r.ids[nt.ID]++
+			if !r.probes[nt.ID] {
+				unexpected = append(unexpected, nt.ID)
+			}
+		case <-done:
+			return unexpected
+		}
+	}
+}
+
+// once reports every notification received other than once.
+func (r *received) once() {
+	r.t.Helper()
+	for id, n := range r.ids {
+		if n != 1 {
+			r.t.Errorf("notification %s received %d times", id, n)
+		}
+	}
 }
 
 // TestRuleOwnerKilledIsTakenOverWithoutLostOrDoubledNotification runs two
@@ -83,8 +156,7 @@ func TestRuleOwnerKilledIsTakenOverWithoutLostOrDoubledNotification(t *testing.T
 		defer conn.Close()
 		clients[p] = eventgatev1.NewEventServiceClient(conn)
 	}
-	uids := map[string]bool{}   // the events that must be notified once
-	probes := map[string]bool{} // notification ids of the probes
+	uids := map[string]bool{} // the events that must be notified once
 	emitDeployed := func(p *gatewayProcess, name string) string {
 		t.Helper()
 		resp, err := clients[p].Emit(ctx, &eventgatev1.EmitRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: "shop"},
@@ -95,35 +167,14 @@ func TestRuleOwnerKilledIsTakenOverWithoutLostOrDoubledNotification(t *testing.T
 		}
 		return resp.Results[0].Uid
 	}
-	ids := map[string]int{}
-	receive := func(n int) {
-		t.Helper()
-		for i := 0; i < n; i++ {
-			select {
-			case nt := <-got:
-				ids[nt.ID]++
-				if probes[nt.ID] {
-					i-- // a late probe's: not one of the n
-				}
-			case <-ctx.Done():
-				t.Fatalf("%d of %d notifications received; ids so far %v", i, n, ids)
-			}
-		}
-	}
-	// The rule reaches the owner's evaluation through the KV watch: a first
-	// event, emitted until one is notified, shows it has.
-	for probe := 0; len(ids) == 0; probe++ {
-		probes["project/shop/deploys:"+emitDeployed(a, fmt.Sprintf("probe-%d", probe))+":firing"] = true
-		select {
-		case nt := <-got:
-			ids[nt.ID]++
-		case <-time.After(time.Second):
-		}
-	}
+	notified := func(uid string) string { return "project/shop/deploys:" + uid + ":firing" }
+	rc := newReceived(ctx, t, got)
+	// The rule reaches the owner's evaluation through the KV watch.
+	rc.probe(func(name string) string { return notified(emitDeployed(a, name)) })
 	for i := 0; i < 5; i++ {
 		uids[emitDeployed(a, fmt.Sprintf("before-%d", i))] = true
 	}
-	receive(5)
+	rc.wait(5)
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -131,28 +182,15 @@ func TestRuleOwnerKilledIsTakenOverWithoutLostOrDoubledNotification(t *testing.T
 	for i := 0; i < 5; i++ {
 		uids[emitDeployed(b, fmt.Sprintf("after-%d", i))] = true
 	}
-	receive(5)
+	rc.wait(5)
 	// Nothing more: not a notification of the replayed events again.
-	for quiet := time.After(3 * time.Second); ; {
-		select {
-		case nt := <-got:
-			ids[nt.ID]++
-			if !probes[nt.ID] {
-				t.Errorf("unexpected notification %s", nt.ID)
-			}
-			continue
-		case <-quiet:
-		}
-		break
+	for _, id := range rc.quiet(3 * time.Second) {
+		t.Errorf("unexpected notification %s", id)
 	}
-	for id, n := range ids {
-		if n != 1 {
-			t.Errorf("notification %s received %d times", id, n)
-		}
-	}
+	rc.once()
 	for uid := range uids {
-		if ids["project/shop/deploys:"+uid+":firing"] != 1 {
-			t.Errorf("event %s was never notified (received %v)", uid, ids)
+		if rc.ids[notified(uid)] != 1 {
+			t.Errorf("event %s was never notified (received %v)", uid, rc.ids)
 		}
 	}
 	if owners := leaseOwners(ctx, t, ns.ClientURL()); len(owners) != shards || strings.Contains(fmt.Sprint(owners), ":a") {
@@ -196,37 +234,13 @@ func TestGatewayKilledOnItsEmbeddedServerDeliversEveryNotificationOnce(t *testin
 		}
 		return "project/shop/deploys:" + resp.Results[0].Uid + ":firing"
 	}
-	ids := map[string]int{}
 	want := map[string]bool{}
-	probes := map[string]bool{}
-	receive := func(n int) {
-		t.Helper()
-		for i := 0; i < n; i++ {
-			select {
-			case nt := <-got:
-				ids[nt.ID]++
-				if probes[nt.ID] {
-					i-- // a late probe's: not one of the n
-				}
-			case <-ctx.Done():
-				t.Fatalf("%d of %d notifications received; ids so far %v", i, n, ids)
-			}
-		}
-	}
-	// A first event, emitted until one is notified, shows the rule is
-	// evaluated.
-	for probe := 0; len(ids) == 0; probe++ {
-		probes[emit(a, fmt.Sprintf("probe-%d", probe))] = true
-		select {
-		case nt := <-got:
-			ids[nt.ID]++
-		case <-time.After(time.Second):
-		}
-	}
+	rc := newReceived(ctx, t, got)
+	rc.probe(func(name string) string { return emit(a, name) })
 	for i := 0; i < 3; i++ {
 		want[emit(a, fmt.Sprintf("before-%d", i))] = true
 	}
-	receive(3)
+	rc.wait(3)
 	down.Store(true)
 	retried := map[string]bool{}
 	for i := 0; i < 2; i++ {
@@ -245,11 +259,11 @@ func TestGatewayKilledOnItsEmbeddedServerDeliversEveryNotificationOnce(t *testin
 			switch id, _ := d["notificationId"].(string); {
 			case retried[id] && d["status"] == "DELIVERY_STATUS_RETRYING" && len(attempts) >= 2:
 				refused++
-			case ids[id] == 1 && d["status"] == "DELIVERY_STATUS_DELIVERED":
+			case rc.ids[id] == 1 && d["status"] == "DELIVERY_STATUS_DELIVERED":
 				delivered++
 			}
 		}
-		if refused == len(retried) && delivered == len(ids) {
+		if refused == len(retried) && delivered == len(rc.ids) {
 			break
 		}
 		if ctx.Err() != nil {
@@ -267,24 +281,12 @@ func TestGatewayKilledOnItsEmbeddedServerDeliversEveryNotificationOnce(t *testin
 	for i := 0; i < 2; i++ {
 		want[emit(b, fmt.Sprintf("after-%d", i))] = true
 	}
-	receive(4) // the two retried, the two after
-	for quiet := time.After(3 * time.Second); ; {
-		select {
-		case nt := <-got:
-			ids[nt.ID]++
-			continue
-		case <-quiet:
-		}
-		break
-	}
-	for id, n := range ids {
-		if n != 1 {
-			t.Errorf("notification %s received %d times", id, n)
-		}
-	}
+	rc.wait(4) // the two retried, the two after
+	rc.quiet(3 * time.Second)
+	rc.once()
 	for id := range want {
-		if ids[id] != 1 {
-			t.Errorf("notification %s received %d times, want once (received %v)", id, ids[id], ids)
+		if rc.ids[id] != 1 {
+			t.Errorf("notification %s received %d times, want once (received %v)", id, rc.ids[id], rc.ids)
 		}
 	}
 }
