@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -126,6 +127,27 @@ func TestAARatiosCompareEachWindowWithTheMeanOfItsNeighbours(t *testing.T) {
 	}
 	if got := aaRatios([]float64{1, 2}); len(got) != 0 {
 		t.Errorf("two windows: %v, want none", got)
+	}
+}
+
+func TestGeoMeanIntervalBracketsTheGeometricMeanOfTheWindows(t *testing.T) {
+	g, lo, hi := geoMeanInterval([]float64{2, 2, 2}, 500)
+	if g != 2 || lo != 2 || hi != 2 {
+		t.Errorf("windows alike: %v (%v–%v), want 2 (2–2)", g, lo, hi)
+	}
+	xs := []float64{0.5, 1, 2, 4, 1, 1.5, 0.8, 1.2}
+	g, lo, hi = geoMeanInterval(xs, 2000)
+	if want := math.Pow(0.5*1*2*4*1*1.5*0.8*1.2, 1.0/8); math.Abs(g-want) > 1e-12 {
+		t.Errorf("geometric mean %v, want %v", g, want)
+	}
+	if !(0.5 < lo && lo < g && g < hi && hi < 4) {
+		t.Errorf("interval %v–%v does not bracket %v within the windows' range", lo, hi, g)
+	}
+	if g2, lo2, hi2 := geoMeanInterval(xs, 2000); g2 != g || lo2 != lo || hi2 != hi {
+		t.Errorf("a second call gave %v (%v–%v), want the same (a fixed seed)", g2, lo2, hi2)
+	}
+	if g, lo, hi := geoMeanInterval(nil, 10); g != 0 || lo != 0 || hi != 0 {
+		t.Errorf("no windows: %v %v %v", g, lo, hi)
 	}
 }
 

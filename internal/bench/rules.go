@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -287,12 +290,16 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 	// than the rules do (a pooled ratio of 0.75 with every window's ratio
 	// at 1 or more, 19:51 UTC session 25).
 	r.rep.Add(SecRules, "emit→watch p99 with rules ÷ without", "ratio", rel[0], Below(1.1),
-		fmt.Sprintf("median of each window with rules: its p99 over the mean of its two neighbours' without rules (the runs); the pooled p99s above: %.2f", Percentile(pool[0], 0.99)/p99w))
+		fmt.Sprintf("median of each window with rules: its p99 over the mean of its two neighbours' without rules (the runs); %s; the pooled p99s above: %.2f", spreadNote(rel[0]), Percentile(pool[0], 0.99)/p99w))
 	r.rep.Add(SecRules, "emit→watch p99 without rules ÷ its neighbours", "ratio", aaRatios(withoutP99s), nil,
 		"each window without rules but the first and last: its p99 over the mean of the windows without rules before and after it, an A/A of the figure above")
 	if len(pool[1]) > 0 {
 		r.rep.Add(SecRules, fmt.Sprintf("emit→watch p99 with a %.2f-core spinner ÷ without", SpinnerCores), "ratio", rel[1], nil,
-			"no rules; a goroutine of the bench on a thread of its own spins that share of each 10 ms, about the Go CPU the rules add (the next rows): what that much CPU spent on anything does to the figure. As above, each window over its neighbours")
+			"no rules; a goroutine of the bench on a thread of its own spins that share of each 10 ms, about the Go CPU the rules add (the next rows): what that much CPU spent on anything does to the figure, the floor of rules that need it. As above, each window over its neighbours; "+spreadNote(rel[1]))
+		if m := Median(rel[1]); m > 0 {
+			r.rep.AddValue(SecRules, "emit→watch p99 with rules ÷ with the spinner", "ratio", Median(rel[0])/m, nil, nil,
+				"the two medians above: the rules against the floor of their CPU (1: they cost the p99 what that much CPU spent on anything costs it)")
+		}
 	}
 	r.rep.Add(SecRules, "gateway CPU a window with rules ÷ without", "ratio", cpu[0], nil,
 		"user+system seconds of the gateway process during each window with rules (/proc/<pid>/stat) over the mean of its neighbours': steadier than a p99 on a shared machine")
@@ -315,6 +322,45 @@ func aaRatios(p99s []float64) []float64 {
 		out = append(out, p99s[j]/((p99s[j-1]+p99s[j+1])/2))
 	}
 	return out
+}
+
+// spreadNote gives the geometric mean of ratios and a bootstrap 95%
+// interval of it (resampling the windows, a fixed seed): how far a
+// median of that many windows may be from what more would show.
+func spreadNote(ratios []float64) string {
+	g, lo, hi := geoMeanInterval(ratios, 2000)
+	if len(ratios) == 0 {
+		return "no windows"
+	}
+	return fmt.Sprintf("geometric mean %.2f, 95%% interval %.2f–%.2f", g, lo, hi)
+}
+
+// geoMeanInterval is the geometric mean of xs (all positive) and the 2.5th
+// and 97.5th percentiles of the geometric means of n resamples of xs.
+func geoMeanInterval(xs []float64, n int) (g, lo, hi float64) {
+	if len(xs) == 0 {
+		return 0, 0, 0
+	}
+	logs := make([]float64, len(xs))
+	for i, x := range xs {
+		logs[i] = math.Log(x)
+	}
+	mean := func(pick func() float64) float64 {
+		sum := 0.0
+		for range logs {
+			sum += pick()
+		}
+		return math.Exp(sum / float64(len(logs)))
+	}
+	i := 0
+	g = mean(func() float64 { i++; return logs[i-1] })
+	rng := rand.New(rand.NewPCG(25, 26))
+	means := make([]float64, n)
+	for k := range means {
+		means[k] = mean(func() float64 { return logs[rng.IntN(len(logs))] })
+	}
+	sort.Float64s(means)
+	return g, means[int(0.025*float64(n))], means[min(n-1, int(0.975*float64(n)))]
 }
 
 // SpinnerCores is the CPU the rules section's control spends: about
