@@ -256,6 +256,17 @@ func (s *Store) hasSetting(ctx context.Context, name string) (bool, error) {
 	return n > 0, rs.Err()
 }
 
+// HoldsEvents reports whether the events table holds any row: a store
+// whose database was dropped or recreated holds none, whatever a floor kept
+// beside it claims.
+func (s *Store) HoldsEvents(ctx context.Context) (bool, error) {
+	n, err := s.usageCount(ctx, "SELECT toUInt64(count()) FROM (SELECT 1 FROM "+s.events()+" LIMIT 1)", nil)
+	if err != nil {
+		return false, fmt.Errorf("clickhouse: any event: %w", err)
+	}
+	return n > 0, nil
+}
+
 // Ping checks that ClickHouse answers.
 func (s *Store) Ping(ctx context.Context) error { return s.t.ping(ctx) }
 

@@ -83,7 +83,7 @@ type Gateway struct {
 	paths natsPaths
 
 	store  *clickhouse.Store
-	ingest *ingest.Consumer
+	ingest storeIngest
 	intake *intake.Intake
 
 	tp       trace.TracerProvider
@@ -133,7 +133,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		return nil, err
 	}
 	// Who this replica is names what it holds on the servers: its watch
-	// feed, its intake membership and its store's ingest consumer.
+	// feed and its intake membership.
 	if g.replica, err = resolveReplica(cfg, g.log); err != nil {
 		return nil, err
 	}
@@ -266,20 +266,59 @@ func (g *Gateway) startStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Replicas share a consumer only when they share a store: an embedded
-	// engine is this replica's alone and must see the whole stream.
 	icfg := cfg.Ingest
-	icfg.Durable = g.replica.Consumer
-	if g.replica.Own {
-		icfg.StoreID = g.replica.Store
-		if cfg.NATS.URL == "" && cfg.NATS.Listen == "" {
-			// No other gateway reaches this embedded NATS: the shared
-			// consumer of earlier versions copied into this store alone.
-			icfg.AdoptFrom = ingest.DefaultConsumer
+	if !g.replica.Own {
+		// Replicas that share a store share its consumer.
+		icfg.Durable = g.replica.Consumer
+		in, err := ingest.Start(context.WithoutCancel(ctx), g.paths.ingest.js, cfg.NATS.Stream, w, icfg, g.log, g.registry)
+		if err != nil {
+			return err
+		}
+		g.ingest = in
+		return nil
+	}
+	// An embedded engine is this replica's alone and must see the whole
+	// stream: it is filled from the replica's live feed, its floor kept
+	// beside it. On first start it adopts the ack floor of the consumer
+	// that filled it in earlier versions.
+	icfg.StoreID = g.replica.Store
+	icfg.Durable = ingest.StoreConsumer(g.replica.ID)
+	// Named after the database: the engine's directory may hold others.
+	icfg.FloorFile = filepath.Join(chcfg.DataDir, ingest.FloorFileName+"-"+g.store.Config().Database)
+	held, err := g.store.HoldsEvents(ctx)
+	if err != nil {
+		return err
+	}
+	if !held {
+		// A database made anew (dropped, or its directory wiped): its
+		// floor, if one was left, speaks for what it no longer holds.
+		if err := os.Remove(icfg.FloorFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("clickhouse ingest: floor file: %w", err)
 		}
 	}
-	g.ingest, err = ingest.Start(context.WithoutCancel(ctx), g.paths.ingest.js, cfg.NATS.Stream, w, icfg, g.log, g.registry)
-	return err
+	if cfg.NATS.URL == "" && cfg.NATS.Listen == "" {
+		// No other gateway reaches this embedded NATS: the shared
+		// consumer of earlier versions copied into this store alone.
+		icfg.AdoptFrom = ingest.DefaultConsumer
+	}
+	in, err := ingest.StartFeed(context.WithoutCancel(ctx), g.paths.ingest.js, cfg.NATS.Stream, g.hub, w, icfg, g.log, g.registry)
+	if err != nil {
+		return err
+	}
+	g.ingest = in
+	return nil
+}
+
+// storeIngest fills this replica's store from the events stream: a
+// consumer shared with the replicas on the same ClickHouse
+// (ingest.Consumer), or the replica's live feed for its own store
+// (ingest.Feed).
+type storeIngest interface {
+	// AckFloor is the sequence up to which the store holds every event.
+	AckFloor(ctx context.Context) (uint64, error)
+	// Lag is the events not yet in the store and the oldest one's age.
+	Lag(ctx context.Context) (pending uint64, oldestAge time.Duration, err error)
+	Stop(ctx context.Context) error
 }
 
 // eventsStreamConfig is the events stream's configuration. With the

@@ -23,7 +23,7 @@ import (
 
 // replicaIDFile keeps, in the data directory, the id generated for the
 // store there on first start: the replica id unless --replica-id is given,
-// and the store id its own ingest consumer records.
+// and the id of its store.
 const replicaIDFile = "replica-id"
 
 // replica is this gateway's identity among its replicas.
@@ -34,9 +34,10 @@ type replica struct {
 	// directory is wiped, even if ID does not.
 	Store string
 	// Own is true when the store is this replica's alone (the embedded
-	// engine): it has an ingest consumer of its own.
+	// engine): it is filled from the replica's live feed.
 	Own bool
-	// Consumer is the ingest consumer this replica copies through.
+	// Consumer is the ingest consumer this replica copies through
+	// (ingest.FeedConsumer for its own store).
 	Consumer string
 
 	mu  sync.Mutex
@@ -51,7 +52,7 @@ type replicaLag struct {
 }
 
 // resolveReplica reads (or creates) the store id kept in the data
-// directory and settles the replica's id and ingest consumer. With a shared
+// directory and settles the replica's id and ingest. With a shared
 // ClickHouse the data directory may be unwritable: the host name stands in.
 func resolveReplica(cfg config.Config, log *slog.Logger) (*replica, error) {
 	r := &replica{Own: cfg.ClickHouse.DSN == "", Consumer: ingest.DefaultConsumer}
@@ -73,7 +74,7 @@ func resolveReplica(cfg config.Config, log *slog.Logger) (*replica, error) {
 		r.ID = r.Store
 	}
 	if r.Own {
-		r.Consumer = ingest.StoreConsumer(r.ID)
+		r.Consumer = ingest.FeedConsumer
 	}
 	return r, nil
 }
@@ -130,7 +131,7 @@ func (r *replica) registerMetrics(reg prometheus.Registerer) {
 		topology = "own-store"
 	}
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "eventgate_replica_info",
-		Help: "This gateway replica (1): its id, its store's id, its ingest consumer, and whether the store is its own (embedded engine) or shared (ClickHouse DSN)."},
+		Help: "This gateway replica (1): its id, its store's id, its ingest (the shared consumer, or live-feed for a store of its own), and whether the store is its own (embedded engine) or shared (ClickHouse DSN)."},
 		[]string{"replica", "store", "consumer", "topology"})
 	info.WithLabelValues(r.ID, r.Store, r.Consumer, topology).Set(1)
 	reg.MustRegister(info)
@@ -138,7 +139,7 @@ func (r *replica) registerMetrics(reg prometheus.Registerer) {
 
 // ingestCheck is the readiness check of this replica's ingest: not ready
 // while the oldest event not yet in its store is older than maxLag.
-func (r *replica) ingestCheck(in *ingest.Consumer, maxLag time.Duration) func(context.Context) error {
+func (r *replica) ingestCheck(in storeIngest, maxLag time.Duration) func(context.Context) error {
 	return func(ctx context.Context) error {
 		pending, age, err := in.Lag(ctx)
 		if err != nil {

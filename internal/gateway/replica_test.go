@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,9 +46,9 @@ func metricsText(t *testing.T, url string) string {
 }
 
 // TestReplicaIDKeptInDataDir: without --replica-id a replica generates an
-// id once, keeps it in its data directory, names its own ingest consumer
-// after it and shows it on /readyz and /metrics; a restart on the same
-// directory is the same replica.
+// id once, keeps it in its data directory and shows it on /readyz and
+// /metrics, with its store filled from its live feed; a restart on the
+// same directory is the same replica.
 func TestReplicaIDKeptInDataDir(t *testing.T) {
 	dir := t.TempDir()
 	g := startGatewayIn(t, dir)
@@ -64,10 +65,10 @@ func TestReplicaIDKeptInDataDir(t *testing.T) {
 		t.Fatalf("/readyz %d: %v", code, body)
 	}
 	rep, _ := body["replica"].(map[string]any)
-	if rep["id"] != id || rep["store"] != id || rep["ownStore"] != true || rep["ingestConsumer"] != ingest.StoreConsumer(id) {
-		t.Fatalf("/readyz replica %v, want id and store %q, own store, consumer %q", rep, id, ingest.StoreConsumer(id))
+	if rep["id"] != id || rep["store"] != id || rep["ownStore"] != true || rep["ingestConsumer"] != ingest.FeedConsumer {
+		t.Fatalf("/readyz replica %v, want id and store %q, own store, ingest %q", rep, id, ingest.FeedConsumer)
 	}
-	want := `eventgate_replica_info{consumer="ingest-` + id + `",replica="` + id + `",store="` + id + `",topology="own-store"} 1`
+	want := `eventgate_replica_info{consumer="` + ingest.FeedConsumer + `",replica="` + id + `",store="` + id + `",topology="own-store"} 1`
 	if !strings.Contains(metrics, want) {
 		t.Fatalf("/metrics lacks %s", want)
 	}
@@ -79,21 +80,32 @@ func TestReplicaIDKeptInDataDir(t *testing.T) {
 	}
 }
 
-// TestReplicaIDFlagNamesConsumer: --replica-id names the replica and its
-// consumer; the store id stays the data directory's.
-func TestReplicaIDFlagNamesConsumer(t *testing.T) {
+// TestReplicaIDFlagNamesTheReplicasConsumers: --replica-id names the
+// replica and what it keeps on the server (its live feed); the store id
+// stays the data directory's, and the store, filled from the live feed,
+// leaves no consumer of its own there.
+func TestReplicaIDFlagNamesTheReplicasConsumers(t *testing.T) {
 	g := startGateway(t, func(c *config.Config) { c.ReplicaID = "eventgate-0" })
-	if g.replica.ID != "eventgate-0" || g.replica.Consumer != "ingest-eventgate-0" || g.replica.Store == "eventgate-0" {
-		t.Fatalf("replica %+v: want id eventgate-0, consumer ingest-eventgate-0, a generated store id", g.replica)
+	if g.replica.ID != "eventgate-0" || g.replica.Consumer != ingest.FeedConsumer || g.replica.Store == "eventgate-0" {
+		t.Fatalf("replica %+v: want id eventgate-0, ingest %s, a generated store id", g.replica, ingest.FeedConsumer)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := g.js.Consumer(ctx, g.cfg.NATS.Stream, "ingest-eventgate-0")
+	stream, err := g.js.Stream(ctx, g.cfg.NATS.Stream)
 	if err != nil {
-		t.Fatalf("consumer ingest-eventgate-0: %v", err)
+		t.Fatal(err)
 	}
-	if got := c.CachedInfo().Config.Metadata[ingest.MetadataStore]; got != g.replica.Store {
-		t.Fatalf("consumer records store %q, want %q", got, g.replica.Store)
+	var names []string
+	lister := stream.ConsumerNames(ctx)
+	for name := range lister.Name() {
+		names = append(names, name)
+	}
+	if err := lister.Err(); err != nil {
+		t.Fatal(err)
+	}
+	feed := slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "watch-feed-eventgate-0-") })
+	if !feed || slices.Contains(names, ingest.StoreConsumer("eventgate-0")) || slices.Contains(names, ingest.DefaultConsumer) {
+		t.Fatalf("consumers of the events stream %v: want the live feed watch-feed-eventgate-0-…, no ingest consumer", names)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
 	"github.com/eventgate/eventgate/internal/clickhouse/chdbhttp"
+	"github.com/eventgate/eventgate/internal/ingest"
 	"github.com/eventgate/eventgate/internal/natstest"
 )
 
@@ -231,14 +232,14 @@ func watchAcross(ctx context.Context, t *testing.T, first, then eventgatev1.Even
 // TestEmbeddedReplicasEachReturnEveryEvent runs three gateway processes,
 // each on an embedded engine of its own, through the faults of
 // replicaFaults. A Query to each replica returns every acknowledged event
-// exactly once: each replica's store copies the whole stream through an
-// ingest consumer of its own.
+// exactly once: each replica's store copies the whole stream from its live
+// feed.
 func TestEmbeddedReplicasEachReturnEveryEvent(t *testing.T) {
 	replicaFaults(t, 3, nil, func(t *testing.T, rs []readyReplica) {
 		ids := map[string]bool{}
 		for _, r := range rs {
-			if !r.OwnStore || r.IngestConsumer != "ingest-"+r.ID || ids[r.ID] {
-				t.Fatalf("replicas %+v: want distinct ids, each with an own store and consumer ingest-<id>", rs)
+			if !r.OwnStore || r.IngestConsumer != ingest.FeedConsumer || ids[r.ID] {
+				t.Fatalf("replicas %+v: want distinct ids, each with an own store filled from its live feed", rs)
 			}
 			ids[r.ID] = true
 		}

@@ -12,20 +12,17 @@ import (
 // the consumer's ack floor says what ClickHouse holds.
 const DefaultConsumer = "clickhouse-ingest"
 
-// StoreConsumer names the durable consumer of one replica's own store (an
-// embedded engine): every replica copies the whole stream into its store.
+// StoreConsumer names the durable consumer through which earlier versions
+// filled one replica's own store (an embedded engine); its ack floor is
+// adopted by the store's Feed.
 func StoreConsumer(replicaID string) string { return "ingest-" + replicaID }
 
-// DefaultConsumerTTL is how long the consumer of a store whose replica is
-// gone is kept before the server deletes it.
-const DefaultConsumerTTL = 24 * time.Hour
-
-// MetadataStore is the consumer metadata key holding the id of the store a
-// store's own consumer copies into.
+// MetadataStore is the metadata key of such a consumer holding the id of
+// the store it copied into.
 const MetadataStore = "eventgate.store"
 
-// ErrInvalidReplicaID is returned for a replica id that cannot name a
-// consumer.
+// ErrInvalidReplicaID is returned for a replica id that cannot name the
+// replica's consumers.
 var ErrInvalidReplicaID = errors.New("invalid replica id")
 
 var replicaIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
@@ -39,26 +36,24 @@ func ValidateReplicaID(id string) error {
 	return nil
 }
 
-// Config tunes the ingest consumer. Zero values take defaults.
+// Config tunes the ingest. Zero values take defaults.
 type Config struct {
-	// Durable is the consumer name (default "clickhouse-ingest").
+	// Durable is the consumer name (default "clickhouse-ingest"). For a
+	// Feed, it is the store's consumer of earlier versions
+	// (StoreConsumer), whose ack floor it adopts.
 	Durable string `yaml:"durable"`
-	// StoreID, when set, makes the consumer the store's own (see
-	// StoreConsumer): the id is recorded in the consumer's metadata, and a
-	// consumer found recording another store (the store was wiped, or the
-	// name was reused) is recreated from the start of the stream, so that
-	// its ack floor never claims events the store does not hold.
+	// StoreID, for a Feed, is the id of its store: a consumer of earlier
+	// versions is adopted only if it recorded this id.
 	StoreID string `yaml:"-"`
-	// AdoptFrom names a consumer whose ack floor this store is known to hold
+	// AdoptFrom, for a Feed, names a consumer whose ack floor its store is
+	// known to hold when it has no floor yet and no consumer of its own
 	// (the shared consumer of a single replica on embedded NATS, before
-	// replicas had consumers of their own). When the store's own consumer
-	// is first created, it starts after that floor instead of copying the
-	// stream again, and the old consumer is deleted.
+	// replicas had stores of their own). The feed starts after that floor
+	// instead of copying the stream again, and deletes the consumer.
 	AdoptFrom string `yaml:"-"`
-	// ConsumerTTL is how long a store's own consumer outlives its replica:
-	// the server deletes it after this long without a fetch (default 24h).
-	// A replica that comes back later gets a new consumer and copies the
-	// stream again. The shared consumer is never deleted.
+	// ConsumerTTL is no longer used: a store of its own is filled from the
+	// replica's live feed and leaves no consumer on the server. Kept so
+	// that configurations that set it still load.
 	ConsumerTTL time.Duration `yaml:"consumerTTL"`
 	// BatchSize and BatchWait are the size and time thresholds of a batch;
 	// they default to the store's (Writer.Batch).
@@ -78,6 +73,13 @@ type Config struct {
 	// or fetch (defaults 100ms and 10s).
 	MinBackoff time.Duration `yaml:"minBackoff"`
 	MaxBackoff time.Duration `yaml:"maxBackoff"`
+	// FloorFile, for the ingest of a replica's own store from its live feed
+	// (StartFeed), is the file beside the store that keeps its floor.
+	FloorFile string `yaml:"-"`
+	// TapBuffer bounds the live feed's messages queued for the store
+	// (StartFeed; default 8 × BatchSize): past it, the ingest catches up
+	// from the stream instead.
+	TapBuffer int `yaml:"-"`
 	// LagInterval is how often the pending and oldest-age gauges are
 	// refreshed (default 5s).
 	LagInterval time.Duration `yaml:"lagInterval"`
@@ -113,9 +115,7 @@ func (c *Config) withDefaults(batchSize int, batchWait time.Duration) {
 	if c.LagInterval <= 0 {
 		c.LagInterval = 5 * time.Second
 	}
-	if c.StoreID == "" {
-		c.ConsumerTTL = 0
-	} else if c.ConsumerTTL <= 0 {
-		c.ConsumerTTL = DefaultConsumerTTL
+	if c.TapBuffer <= 0 {
+		c.TapBuffer = 8 * c.BatchSize
 	}
 }

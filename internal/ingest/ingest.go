@@ -1,16 +1,16 @@
-// Package ingest copies the events stream into the event store through a
-// durable JetStream pull consumer whose ack floor is the stream sequence up
-// to which the store holds every event.
+// Package ingest copies the events stream into the event store, and
+// knows the stream sequence up to which the store holds every event (its
+// floor: the resourceVersion Query answers at).
 //
-// Which replicas share a consumer follows which share a store. Replicas on
-// one ClickHouse share one consumer (DefaultConsumer), each message going to
-// one of them. A replica on an embedded engine has a store of its own, so
-// it has a consumer of its own (StoreConsumer, named after its replica id,
-// recording its store id) that copies the whole stream: N replicas are N
-// full read replicas, and each answers queries at its own ack floor. The
-// server deletes such a consumer once its replica has been gone for
-// Config.ConsumerTTL. A single replica on embedded NATS that used the
-// shared consumer before adopts its ack floor (Config.AdoptFrom).
+// How follows from which replicas share a store. Replicas on one
+// ClickHouse share one durable pull consumer (Consumer, DefaultConsumer),
+// each message going to one of them; its ack floor is the store's floor.
+// A replica on an embedded engine has a store of its own and copies the
+// whole stream into it from its live feed, the one its watches read
+// (Feed), keeping the floor in a file beside the store: N replicas are N
+// full read replicas, each answering queries at its own floor, and none
+// leaves state on the server when it goes. Such a store filled through a
+// consumer by an earlier version adopts that consumer's ack floor.
 package ingest
 
 import (
@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -52,17 +53,11 @@ type Writer interface {
 type Consumer struct {
 	js     jetstream.JetStream
 	stream string
-	// cons is replaced when a store's own consumer was deleted by the
-	// server (its replica was gone longer than ConsumerTTL).
-	cons atomic.Pointer[jetstream.Consumer]
-	w    Writer
-	cfg  Config
-	log  *slog.Logger
-	m    *Metrics
-
-	// taken is set once the consumer is found recording another store:
-	// fetching from it would take that store's events.
-	taken atomic.Bool
+	cons   jetstream.Consumer
+	w      Writer
+	cfg    Config
+	log    *slog.Logger
+	m      *Metrics
 
 	// alive is when the inserter last showed progress (an insert attempt
 	// ended); the fetcher keeps a waiting batch only while it is recent.
@@ -84,17 +79,16 @@ func Start(ctx context.Context, js jetstream.JetStream, stream string, w Writer,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	cons, err := openConsumer(ctx, js, stream, cfg, log)
+	cons, err := openConsumer(ctx, js, stream, cfg)
 	if err != nil {
 		w.Close()
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	in := &Consumer{
-		js: js, stream: stream, w: w, cfg: cfg, log: log.With("consumer", cfg.Durable),
+		js: js, stream: stream, cons: cons, w: w, cfg: cfg, log: log.With("consumer", cfg.Durable),
 		m: newMetrics(reg), stop: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
 	}
-	in.cons.Store(&cons)
 	// The caller's context ending aborts ingest (Stop is the graceful way).
 	stopWatch := context.AfterFunc(ctx, cancel)
 	in.wg.Add(2)
@@ -112,32 +106,14 @@ func Start(ctx context.Context, js jetstream.JetStream, stream string, w Writer,
 		cancel()
 		close(in.done)
 	}()
-	in.m.info.WithLabelValues(cfg.Durable, cfg.StoreID).Set(1)
-	in.log.Info("clickhouse ingest started", "stream", stream, "store", cfg.StoreID, "batch_size", cfg.BatchSize, "batch_wait", cfg.BatchWait)
+	in.m.info.WithLabelValues(cfg.Durable, "").Set(1)
+	in.log.Info("clickhouse ingest started", "stream", stream, "batch_size", cfg.BatchSize, "batch_wait", cfg.BatchWait)
 	return in, nil
 }
 
-// openConsumer creates (or updates) the durable consumer. A store's own
-// consumer found recording another store is deleted first: its ack floor
-// speaks for a store that is gone.
-func openConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg Config, log *slog.Logger) (jetstream.Consumer, error) {
-	cc, err := consumerConfig(ctx, js, stream, cfg, true, log)
-	if err != nil {
-		return nil, err
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, stream, cc)
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
-	}
-	adopted(ctx, js, stream, cfg, cc, log)
-	return cons, nil
-}
-
-// consumerConfig is the consumer's configuration. With replace, a store's
-// own consumer found recording another store is deleted on the way;
-// without, that is ErrConsumerTaken.
-func consumerConfig(ctx context.Context, js jetstream.JetStream, stream string, cfg Config, replace bool, log *slog.Logger) (jetstream.ConsumerConfig, error) {
-	cc := jetstream.ConsumerConfig{
+// openConsumer creates (or updates) the durable consumer.
+func openConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg Config) (jetstream.Consumer, error) {
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       cfg.Durable,
 		Description:   "eventgate: copies events into ClickHouse; the ack floor is what ClickHouse holds",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -145,104 +121,11 @@ func consumerConfig(ctx context.Context, js jetstream.JetStream, stream string, 
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    -1,
 		MaxAckPending: cfg.MaxAckPending,
-	}
-	if cfg.StoreID != "" {
-		cc.Description = "eventgate: copies every event into the store " + cfg.StoreID + "; the ack floor is what it holds"
-		cc.InactiveThreshold = cfg.ConsumerTTL
-		cc.Metadata = map[string]string{MetadataStore: cfg.StoreID}
-		old, err := js.Consumer(ctx, stream, cfg.Durable)
-		switch {
-		case err == nil:
-			if got := old.CachedInfo().Config.Metadata[MetadataStore]; got != cfg.StoreID {
-				if !replace {
-					return cc, fmt.Errorf("clickhouse ingest: consumer %s records store %q, this is %q: %w", cfg.Durable, got, cfg.StoreID, ErrConsumerTaken)
-				}
-				log.Warn("clickhouse ingest: the consumer records another store; recreating it from the start of the stream",
-					"consumer", cfg.Durable, "store", cfg.StoreID, "recorded_store", got)
-				if err := js.DeleteConsumer(ctx, stream, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-					return cc, fmt.Errorf("clickhouse ingest: delete consumer %s of another store: %w", cfg.Durable, err)
-				}
-			}
-		case !errors.Is(err, jetstream.ErrConsumerNotFound):
-			return cc, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
-		default:
-			adopted, err := adoptFloor(ctx, js, stream, cfg)
-			if err != nil {
-				return cc, err
-			}
-			if adopted > 0 {
-				cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-				cc.OptStartSeq = adopted + 1
-			}
-		}
-	}
-	return cc, nil
-}
-
-// adopted deletes the consumer whose ack floor the new one adopted.
-func adopted(ctx context.Context, js jetstream.JetStream, stream string, cfg Config, cc jetstream.ConsumerConfig, log *slog.Logger) {
-	if cc.OptStartSeq > 0 {
-		if err := js.DeleteConsumer(ctx, stream, cfg.AdoptFrom); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			log.Warn("clickhouse ingest: the adopted consumer could not be deleted", "consumer", cfg.AdoptFrom, "err", err)
-		}
-		log.Info("clickhouse ingest: the store's own consumer adopted the ack floor of the shared one",
-			"consumer", cfg.Durable, "adopted", cfg.AdoptFrom, "ack_floor", cc.OptStartSeq-1)
-	}
-}
-
-// adoptFloor returns the ack floor of cfg.AdoptFrom, 0 when there is none.
-func adoptFloor(ctx context.Context, js jetstream.JetStream, stream string, cfg Config) (uint64, error) {
-	if cfg.AdoptFrom == "" || cfg.AdoptFrom == cfg.Durable {
-		return 0, nil
-	}
-	old, err := js.Consumer(ctx, stream, cfg.AdoptFrom)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 0, nil
-	}
+	})
 	if err != nil {
-		return 0, fmt.Errorf("clickhouse ingest: consumer %s to adopt: %w", cfg.AdoptFrom, err)
+		return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
 	}
-	return old.CachedInfo().AckFloor.Stream, nil
-}
-
-// consumer is the current consumer handle.
-func (in *Consumer) consumer() jetstream.Consumer { return *in.cons.Load() }
-
-// reopen recreates a store's own consumer after the server deleted it
-// (its replica was gone longer than ConsumerTTL, or an operator removed
-// it): the new one starts from the beginning of the stream, which the
-// store deduplicates. It reports whether the consumer was recreated.
-func (in *Consumer) reopen(ctx context.Context) bool {
-	if in.cfg.StoreID == "" {
-		return false
-	}
-	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := in.js.Consumer(octx, in.stream, in.cfg.Durable); !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return false
-	}
-	cc, err := consumerConfig(octx, in.js, in.stream, in.cfg, false, in.log)
-	if err != nil {
-		if errors.Is(err, ErrConsumerTaken) {
-			in.taken.Store(true)
-		}
-		in.log.Warn("clickhouse ingest: recreating the deleted consumer failed", "err", err)
-		return false
-	}
-	// Create, not update: if another store's consumer took the name in
-	// the meantime (the replica id used twice), it is not ours to change.
-	cons, err := in.js.CreateConsumer(octx, in.stream, cc)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrConsumerExists) {
-			in.taken.Store(true)
-		}
-		in.log.Warn("clickhouse ingest: recreating the deleted consumer failed", "err", err)
-		return false
-	}
-	adopted(octx, in.js, in.stream, in.cfg, cc, in.log)
-	in.cons.Store(&cons)
-	in.log.Warn("clickhouse ingest: the consumer had been deleted; recreated from the start of the stream")
-	return true
+	return cons, nil
 }
 
 // Stop ends ingest gracefully: the batch in hand is inserted and
@@ -317,12 +200,6 @@ func (in *Consumer) fetchLoop(ctx context.Context, out chan<- *batch) {
 	defer close(out)
 	backoff := in.cfg.MinBackoff
 	for !in.stopping() && ctx.Err() == nil {
-		if in.taken.Load() {
-			if !in.sleep(ctx, in.cfg.MaxBackoff, false) {
-				return
-			}
-			continue
-		}
 		start := time.Now()
 		msgs, err := in.fetch()
 		if err != nil {
@@ -331,22 +208,10 @@ func (in *Consumer) fetchLoop(ctx context.Context, out chan<- *batch) {
 			if !in.sleep(ctx, backoff, false) {
 				return
 			}
-			// After the backoff, not at once: whoever deleted the consumer
-			// (another replica given the same id) has had time to make
-			// its own, which must not be raced.
-			if in.reopen(ctx) {
-				backoff = in.cfg.MinBackoff
-				continue
-			}
 			backoff = min(2*backoff, in.cfg.MaxBackoff)
 			continue
 		}
 		backoff = in.cfg.MinBackoff
-		if in.taken.Load() {
-			// Learnt during the fetch: these belong to the other store.
-			nakAll(msgs)
-			continue
-		}
 		b := in.decode(msgs)
 		if b == nil {
 			continue
@@ -388,23 +253,10 @@ func (in *Consumer) decode(msgs []jetstream.Msg) *batch {
 			in.reject(m, 0, fmt.Errorf("metadata: %w", err))
 			continue
 		}
-		// Aliased: the row keeps the message's bytes (Raw) until inserted.
-		ev, err := event.UnmarshalAliased(m.Data())
+		row, err := storedRow(md.Sequence.Stream, m.Subject(), m.Data(), m.Headers(), md.Timestamp, in.m, in.log)
 		if err != nil {
 			in.reject(m, md.Sequence.Stream, err)
 			continue
-		}
-		row := event.Stored{Seq: md.Sequence.Stream, Subject: m.Subject(), Event: ev, StoredAt: md.Timestamp, Raw: m.Data()}
-		if h := m.Headers(); h != nil {
-			row.WriteReason = h.Get(wire.HeaderWriteReason)
-			if v := h.Get(wire.HeaderSeriesMinutes); v != "" {
-				// A bad per-minute record does not lose the event: its
-				// occurrences count at its eventTime instead.
-				if row.Minutes, err = wire.ParseMinutes(v); err != nil {
-					in.m.errors.WithLabelValues("minutes").Inc()
-					in.log.Warn("clickhouse ingest: per-minute record ignored", "seq", md.Sequence.Stream, "err", err)
-				}
-			}
 		}
 		b.rows = append(b.rows, row)
 		b.msgs = append(b.msgs, m)
@@ -415,10 +267,33 @@ func (in *Consumer) decode(msgs []jetstream.Msg) *batch {
 	return b
 }
 
+// storedRow decodes one message of the events stream into a row. The row
+// keeps data (Raw, and the event aliases it) until inserted.
+func storedRow(seq uint64, subject string, data []byte, h nats.Header, stored time.Time, m *Metrics, log *slog.Logger) (event.Stored, error) {
+	ev, err := event.UnmarshalAliased(data)
+	if err != nil {
+		return event.Stored{}, err
+	}
+	row := event.Stored{Seq: seq, Subject: subject, Event: ev, StoredAt: stored, Raw: data}
+	if h != nil {
+		row.WriteReason = h.Get(wire.HeaderWriteReason)
+		if v := h.Get(wire.HeaderSeriesMinutes); v != "" {
+			// A bad per-minute record does not lose the event: its
+			// occurrences count at its eventTime instead.
+			if row.Minutes, err = wire.ParseMinutes(v); err != nil {
+				m.errors.WithLabelValues("minutes").Inc()
+				log.Warn("clickhouse ingest: per-minute record ignored", "seq", seq, "err", err)
+				row.Minutes = nil
+			}
+		}
+	}
+	return row, nil
+}
+
 // fetch pulls up to BatchSize messages, waiting at most BatchWait: the
 // batch's size and time thresholds.
 func (in *Consumer) fetch() ([]jetstream.Msg, error) {
-	batch, err := in.consumer().Fetch(in.cfg.BatchSize, jetstream.FetchMaxWait(in.cfg.BatchWait))
+	batch, err := in.cons.Fetch(in.cfg.BatchSize, jetstream.FetchMaxWait(in.cfg.BatchWait))
 	if err != nil {
 		return nil, err
 	}
@@ -446,40 +321,55 @@ func (in *Consumer) reject(m jetstream.Msg, seq uint64, err error) {
 }
 
 func (in *Consumer) insert(ctx context.Context, rows []event.Stored, msgs []jetstream.Msg) bool {
-	backoff := in.cfg.MinBackoff
 	lastProgress := time.Now()
-	for attempt := 1; ; attempt++ {
-		start := time.Now()
-		actx, cancel := context.WithTimeout(ctx, in.cfg.InsertTimeout)
-		err := in.w.Insert(actx, rows)
-		cancel()
-		in.alive.Store(time.Now().UnixNano())
-		if err == nil {
-			in.m.duration.Observe(time.Since(start).Seconds())
-			in.m.rows.Add(float64(len(rows)))
-			in.m.batches.Inc()
-			if attempt > 1 {
-				in.log.Info("clickhouse ingest: insert succeeded after retries", "attempts", attempt, "rows", len(rows))
-			}
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		in.m.errors.WithLabelValues("insert").Inc()
-		in.log.Warn("clickhouse ingest: insert failed; retrying", "err", err, "rows", len(rows),
-			"first_seq", rows[0].Seq, "attempt", attempt, "backoff", backoff)
-		// Keep the batch ours while we retry.
+	// Keep the batch ours while we retry.
+	keep := func() {
 		if time.Since(lastProgress) > in.cfg.AckWait/3 {
 			for _, m := range msgs {
 				m.InProgress()
 			}
 			lastProgress = time.Now()
 		}
-		if !in.sleep(ctx, backoff, true) {
+	}
+	return insertRetrying(ctx, in.w, in.cfg, in.m, in.log, rows, func() { in.alive.Store(time.Now().UnixNano()) }, keep)
+}
+
+// insertRetrying inserts rows, retrying with backoff until it succeeds; it
+// returns false when ctx ends first. attempted (if not nil) is called after
+// each attempt, retrying before each wait for the next.
+func insertRetrying(ctx context.Context, w Writer, cfg Config, m *Metrics, log *slog.Logger, rows []event.Stored, attempted, retrying func()) bool {
+	backoff := cfg.MinBackoff
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		actx, cancel := context.WithTimeout(ctx, cfg.InsertTimeout)
+		err := w.Insert(actx, rows)
+		cancel()
+		if attempted != nil {
+			attempted()
+		}
+		if err == nil {
+			m.duration.Observe(time.Since(start).Seconds())
+			m.rows.Add(float64(len(rows)))
+			m.batches.Inc()
+			if attempt > 1 {
+				log.Info("clickhouse ingest: insert succeeded after retries", "attempts", attempt, "rows", len(rows))
+			}
+			return true
+		}
+		if ctx.Err() != nil {
 			return false
 		}
-		backoff = min(2*backoff, in.cfg.MaxBackoff)
+		m.errors.WithLabelValues("insert").Inc()
+		log.Warn("clickhouse ingest: insert failed; retrying", "err", err, "rows", len(rows),
+			"first_seq", rows[0].Seq, "attempt", attempt, "backoff", backoff)
+		if retrying != nil {
+			retrying()
+		}
+		// Holding a batch: only an abort ends the wait, not Stop.
+		if !sleepJitter(ctx, backoff, nil) {
+			return false
+		}
+		backoff = min(2*backoff, cfg.MaxBackoff)
 	}
 }
 
@@ -510,13 +400,19 @@ func (in *Consumer) ack(ctx context.Context, msgs []jetstream.Msg) {
 // sleep waits d (with jitter); it returns false when ingest is aborted, and
 // also when stopping unless retrying a batch in hand.
 func (in *Consumer) sleep(ctx context.Context, d time.Duration, holding bool) bool {
-	d = d/2 + rand.N(d/2+1)
-	t := time.NewTimer(d)
-	defer t.Stop()
 	stop := in.stop
 	if holding {
 		stop = nil
 	}
+	return sleepJitter(ctx, d, stop)
+}
+
+// sleepJitter waits about d (d/2 to d); false when ctx ends or stop is
+// closed first.
+func sleepJitter(ctx context.Context, d time.Duration, stop <-chan struct{}) bool {
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-t.C:
 		return true

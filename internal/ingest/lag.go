@@ -67,23 +67,11 @@ func (in *Consumer) lagLoop(ctx context.Context) {
 	}
 }
 
-// ErrConsumerTaken is returned when a store's own consumer now records
-// another store: two replicas were given the same replica id. Its ack floor
-// says nothing about this store.
-var ErrConsumerTaken = errors.New("the ingest consumer copies into another store (is the replica id used twice?)")
-
-// info returns the consumer's info, checking that a store's own consumer
-// is still this store's.
+// info returns the consumer's info.
 func (in *Consumer) info(ctx context.Context) (*jetstream.ConsumerInfo, error) {
-	info, err := in.consumer().Info(ctx)
+	info, err := in.cons.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse ingest: consumer info: %w", err)
-	}
-	if in.cfg.StoreID != "" {
-		if got := info.Config.Metadata[MetadataStore]; got != in.cfg.StoreID {
-			in.taken.Store(true)
-			return nil, fmt.Errorf("clickhouse ingest: consumer %s records store %q, this is %q: %w", in.cfg.Durable, got, in.cfg.StoreID, ErrConsumerTaken)
-		}
 	}
 	return info, nil
 }
@@ -93,9 +81,6 @@ func (in *Consumer) refreshLag(ctx context.Context) {
 	if err != nil {
 		if ctx.Err() == nil {
 			in.m.errors.WithLabelValues("lag").Inc()
-			if errors.Is(err, ErrConsumerTaken) {
-				in.log.Error("clickhouse ingest: give every replica its own --replica-id", "err", err)
-			}
 		}
 		return
 	}

@@ -170,7 +170,9 @@ func startIngest(t testing.TB, n *natsEnv, w Writer, cfg Config, reg prometheus.
 }
 
 // waitFloor waits until the ack floor reaches seq.
-func waitFloor(t testing.TB, in *Consumer, seq uint64, within time.Duration) {
+func waitFloor(t testing.TB, in interface {
+	AckFloor(context.Context) (uint64, error)
+}, seq uint64, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {

@@ -44,6 +44,7 @@ type Hub struct {
 	subs     *gsl.GenericSublist[*watcher]
 	watchers map[*watcher]struct{}
 	matched  []*watcher // scratch for dispatch
+	taps     []*Tap
 
 	cc   jetstream.ConsumeContext
 	done chan struct{}
@@ -148,6 +149,9 @@ func (h *Hub) dispatch(msg jetstream.Msg) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.last = seq
+	for _, t := range h.taps {
+		t.push(TapItem{Seq: seq, Subject: msg.Subject(), Raw: msg.Data(), Header: msg.Headers(), Stored: meta.Timestamp})
+	}
 	h.matched = h.matched[:0]
 	h.subs.Match(msg.Subject(), func(w *watcher) { h.matched = append(h.matched, w) })
 	if len(h.matched) == 0 {

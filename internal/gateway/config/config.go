@@ -47,9 +47,9 @@ type Config struct {
 	DebugAddr string `yaml:"debugAddr"`
 	// DataDir holds the embedded engines' data.
 	DataDir string `yaml:"dataDir"`
-	// ReplicaID names this gateway replica (logs, metrics, /readyz) and,
-	// with the embedded engine, its own ingest consumer. Empty: the id
-	// generated once and kept in DataDir.
+	// ReplicaID names this gateway replica (logs, metrics, /readyz) and
+	// what it keeps on the NATS servers (its watch feed, its intake
+	// membership). Empty: the id generated once and kept in DataDir.
 	ReplicaID string `yaml:"replicaID"`
 	// NATS says where JetStream is and how the stream is kept.
 	NATS jetstream.Config `yaml:"nats"`
@@ -69,10 +69,10 @@ type Config struct {
 	TLS TLSConfig `yaml:"tls"`
 	// ClickHouse says where events are kept for queries.
 	ClickHouse clickhouse.Config `yaml:"clickhouse"`
-	// Ingest tunes the JetStream→ClickHouse consumer.
+	// Ingest tunes the copy of the events stream into ClickHouse.
 	Ingest ingest.Config `yaml:"ingest"`
 	// ReadyMaxIngestLag: the gateway is not ready while the oldest event not
-	// yet in its store (through its ingest consumer) is older than this.
+	// yet in its store is older than this.
 	ReadyMaxIngestLag time.Duration `yaml:"readyMaxIngestLag"`
 	// Events bounds what an event may carry.
 	Events event.Limits `yaml:"events"`
@@ -274,7 +274,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.Var(listValue{&c.CORSAllowedOrigins}, "cors-allowed-origins", "comma-separated origins whose browser pages may call the REST API (https://dash.example.com, https://*.example.com; * for any); empty: none")
 	fs.StringVar(&c.DebugAddr, "debug-addr", c.DebugAddr, "loopback address for Go's pprof profiles (/debug/pprof/); empty: off")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the embedded engines' data")
-	fs.StringVar(&c.ReplicaID, "replica-id", c.ReplicaID, "stable id of this gateway replica (e.g. the StatefulSet pod name); with the embedded engine it names the replica's own ingest consumer; empty: generated once and kept in --data-dir")
+	fs.StringVar(&c.ReplicaID, "replica-id", c.ReplicaID, "stable id of this gateway replica (e.g. the StatefulSet pod name); it names the replica's watch feed and intake membership on the NATS servers; empty: generated once and kept in --data-dir")
 	fs.StringVar(&c.NATS.URL, "nats-url", c.NATS.URL, "external NATS server or cluster URL(s); empty starts an embedded server")
 	fs.StringVar(&c.NATS.CredsFile, "nats-creds", c.NATS.CredsFile, "NATS credentials file for --nats-url")
 	fs.StringVar(&c.NATS.Listen, "nats-listen", c.NATS.Listen, "also accept NATS clients on this host:port (embedded server only)")
@@ -319,7 +319,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.IntVar(&c.ClickHouse.IngestNice, "ingest-nice", c.ClickHouse.IngestNice, "nice value (0-19, 0 = off) of the embedded ClickHouse's ingest (batch encoding, inserts, background merges), so that emit and watch get the CPU first")
 	fs.DurationVar(&c.ClickHouse.SlowRead, "clickhouse-slow-read", c.ClickHouse.SlowRead, "log every read of ClickHouse that takes at least this long, with the embedded engine's own time on it and its wait for a connection (0 = never)")
 	fs.DurationVar(&c.Ingest.AckWait, "ingest-ack-wait", c.Ingest.AckWait, "how long an event handed to a gateway's ingest may stay unacknowledged before another gateway (or a restart) takes it over (default 60s)")
-	fs.DurationVar(&c.Ingest.ConsumerTTL, "ingest-consumer-ttl", c.Ingest.ConsumerTTL, "with the embedded engine, how long the ingest consumer of a replica that is gone is kept before NATS deletes it (a replica back later copies the stream again) (default 24h)")
+	fs.DurationVar(&c.Ingest.ConsumerTTL, "ingest-consumer-ttl", c.Ingest.ConsumerTTL, "deprecated, no effect: the embedded engine is filled from the replica's live feed and leaves no consumer on the NATS servers")
 	fs.DurationVar(&c.ReadyMaxIngestLag, "ready-max-ingest-lag", c.ReadyMaxIngestLag, "not ready while the oldest event not yet in this replica's store is older than this")
 	fs.IntVar(&c.Events.MaxNoteBytes, "max-note-bytes", c.Events.MaxNoteBytes, "largest note accepted (up to 65536)")
 	fs.Var(listValue{&c.Events.Types}, "event-types", "comma-separated event types accepted")
