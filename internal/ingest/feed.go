@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,11 +53,7 @@ type Feed struct {
 	floor  atomic.Uint64 // in the store, and in the floor file
 	cursor uint64        // handed to the inserter (the producer's)
 
-	stop   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
+	lifecycle
 }
 
 // feedBatch is a batch for the store and the last sequence it covers.
@@ -82,7 +77,7 @@ func StartFeed(ctx context.Context, js jetstream.JetStream, stream string, hub *
 		return nil, errors.New("clickhouse ingest: the live feed needs a floor file beside the store")
 	}
 	f := &Feed{js: js, stream: stream, hub: hub, w: w, cfg: cfg, log: log.With("ingest", FeedConsumer),
-		m: newMetrics(reg), stop: make(chan struct{}), done: make(chan struct{}),
+		m: newMetrics(reg),
 		catchUps: prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_clickhouse_ingest_feed_catchups_total",
 			Help: "Times the ingest of this replica's own store read the stream to catch up with its live feed: at start, and after it fell behind by more than its tap's buffer."})}
 	if reg != nil {
@@ -96,24 +91,7 @@ func StartFeed(ctx context.Context, js jetstream.JetStream, stream string, hub *
 	f.floor.Store(floor)
 	f.cursor = floor
 	f.m.ackFloor.Set(float64(floor))
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	f.cancel = cancel
-	stopWatch := context.AfterFunc(ctx, cancel)
-	f.wg.Add(2)
-	go func() {
-		defer f.wg.Done()
-		f.run(runCtx)
-	}()
-	go func() {
-		defer f.wg.Done()
-		f.lagLoop(runCtx)
-	}()
-	go func() {
-		f.wg.Wait()
-		stopWatch()
-		cancel()
-		close(f.done)
-	}()
+	f.start(ctx, f.run, f.lagLoop)
 	f.m.info.WithLabelValues(FeedConsumer, cfg.StoreID).Set(1)
 	f.log.Info("clickhouse ingest started from the live feed", "stream", stream, "store", cfg.StoreID, "floor", floor,
 		"batch_size", cfg.BatchSize, "batch_wait", cfg.BatchWait)
@@ -240,33 +218,6 @@ func (f *Feed) lagLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-	}
-}
-
-// Stop ends ingest gracefully: the batch in hand is inserted, then ingest
-// stops. If ctx ends first, the batch is abandoned (the floor stays before
-// it) and Stop returns ctx.Err().
-func (f *Feed) Stop(ctx context.Context) error {
-	f.once.Do(func() { close(f.stop) })
-	select {
-	case <-f.done:
-		return nil
-	case <-ctx.Done():
-		f.cancel()
-		<-f.done
-		return ctx.Err()
-	}
-}
-
-// Done is closed when ingest has stopped.
-func (f *Feed) Done() <-chan struct{} { return f.done }
-
-func (f *Feed) stopping() bool {
-	select {
-	case <-f.stop:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -459,7 +410,9 @@ func (f *Feed) live(ctx context.Context, out chan<- *feedBatch, tap *watch.Tap) 
 				return false
 			}
 		case <-wait.C:
-			if !flush() {
+			// What came since the batch's first message is in the
+			// queue: the tap woke no one for it.
+			if !take() || !flush() {
 				return false
 			}
 		case <-tap.Overflow():
@@ -480,6 +433,13 @@ func (f *Feed) live(ctx context.Context, out chan<- *feedBatch, tap *watch.Tap) 
 			return false
 		case <-ctx.Done():
 			return false
+		}
+		// Woken next by a batch's first message (which starts its wait)
+		// or by the rest of the batch, not by every message.
+		if b == nil {
+			tap.WakeAt(1)
+		} else {
+			tap.WakeAt(f.cfg.BatchSize - len(b.rows))
 		}
 	}
 }

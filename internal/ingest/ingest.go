@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,11 +62,7 @@ type Consumer struct {
 	// ended); the fetcher keeps a waiting batch only while it is recent.
 	alive atomic.Int64
 
-	stop   chan struct{} // closed by Stop: finish the batch in hand and return
-	cancel context.CancelFunc
-	done   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
+	lifecycle
 }
 
 // Start creates (or updates) the durable consumer on stream and starts
@@ -84,28 +79,12 @@ func Start(ctx context.Context, js jetstream.JetStream, stream string, w Writer,
 		w.Close()
 		return nil, err
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	in := &Consumer{
 		js: js, stream: stream, cons: cons, w: w, cfg: cfg, log: log.With("consumer", cfg.Durable),
-		m: newMetrics(reg), stop: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
+		m: newMetrics(reg),
 	}
 	// The caller's context ending aborts ingest (Stop is the graceful way).
-	stopWatch := context.AfterFunc(ctx, cancel)
-	in.wg.Add(2)
-	go func() {
-		defer in.wg.Done()
-		in.run(runCtx)
-	}()
-	go func() {
-		defer in.wg.Done()
-		in.lagLoop(runCtx)
-	}()
-	go func() {
-		in.wg.Wait()
-		stopWatch()
-		cancel()
-		close(in.done)
-	}()
+	in.start(ctx, in.run, in.lagLoop)
 	in.m.info.WithLabelValues(cfg.Durable, "").Set(1)
 	in.log.Info("clickhouse ingest started", "stream", stream, "batch_size", cfg.BatchSize, "batch_wait", cfg.BatchWait)
 	return in, nil
@@ -126,34 +105,6 @@ func openConsumer(ctx context.Context, js jetstream.JetStream, stream string, cf
 		return nil, fmt.Errorf("clickhouse ingest: consumer %s on %s: %w", cfg.Durable, stream, err)
 	}
 	return cons, nil
-}
-
-// Stop ends ingest gracefully: the batch in hand is inserted and
-// acknowledged, then the consumer stops. If ctx ends first (e.g. ClickHouse
-// is down), the batch is abandoned unacknowledged — it is redelivered later,
-// to this or another replica — and Stop returns ctx.Err().
-func (in *Consumer) Stop(ctx context.Context) error {
-	in.once.Do(func() { close(in.stop) })
-	select {
-	case <-in.done:
-		return nil
-	case <-ctx.Done():
-		in.cancel()
-		<-in.done
-		return ctx.Err()
-	}
-}
-
-// Done is closed when ingest has stopped.
-func (in *Consumer) Done() <-chan struct{} { return in.done }
-
-func (in *Consumer) stopping() bool {
-	select {
-	case <-in.stop:
-		return true
-	default:
-		return false
-	}
 }
 
 // batch is one fetched and decoded batch.

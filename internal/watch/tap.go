@@ -30,6 +30,7 @@ type Tap struct {
 	items    []TapItem
 	spare    []TapItem
 	max      int
+	wakeAt   int // Ready gets a token once this many are queued
 	notify   chan struct{}
 	overflow chan struct{}
 	dead     bool
@@ -42,7 +43,7 @@ var ErrFeedStopped = errors.New("watch feed stopped")
 // sequence the feed dispatched before the tap: the tap receives every
 // message after it.
 func (h *Hub) Tap(buffer int) (*Tap, uint64, error) {
-	t := &Tap{h: h, max: max(buffer, 1), notify: make(chan struct{}, 1), overflow: make(chan struct{})}
+	t := &Tap{h: h, max: max(buffer, 1), wakeAt: 1, notify: make(chan struct{}, 1), overflow: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	select {
@@ -74,15 +75,36 @@ func (t *Tap) push(it TapItem) {
 		t.items, t.spare = t.spare, nil
 	}
 	t.items = append(t.items, it)
+	wake := len(t.items) >= t.wakeAt
 	t.mu.Unlock()
+	if wake {
+		t.wake()
+	}
+}
+
+func (t *Tap) wake() {
 	select {
 	case t.notify <- struct{}{}:
 	default:
 	}
 }
 
-// Ready has a token when messages may be queued.
+// Ready has a token once the queue holds as many messages as the last
+// WakeAt asked for (one at first).
 func (t *Tap) Ready() <-chan struct{} { return t.notify }
+
+// WakeAt asks for a token on Ready once n messages are queued (now, if
+// they already are): a reader that gathers batches is woken when one is
+// full, not by every message.
+func (t *Tap) WakeAt(n int) {
+	t.mu.Lock()
+	t.wakeAt = max(n, 1)
+	wake := len(t.items) >= t.wakeAt
+	t.mu.Unlock()
+	if wake {
+		t.wake()
+	}
+}
 
 // Overflow is closed once the tap fell behind by more than its buffer and
 // left the feed: what it queued before is still to be taken.

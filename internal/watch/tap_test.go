@@ -70,3 +70,63 @@ func TestATapGetsEveryMessageInOrderUntilItsBufferOverflows(t *testing.T) {
 		t.Fatalf("tap of a stopped feed: %v, want ErrFeedStopped", err)
 	}
 }
+
+// A tap's reader that gathers batches is woken when as many messages as it
+// asked for are queued, not by each one.
+func TestATapWakesItsReaderOnceTheMessagesItAskedForAreQueued(t *testing.T) {
+	ctx, js, h := startHub(t)
+	t.Cleanup(h.Stop)
+	tap, _, err := h.Tap(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tap.Close()
+	tap.WakeAt(3)
+	var last uint64
+	for i := range 3 {
+		ack, err := js.Publish(ctx, "events.project.p.Pod.ns.p"+strconv.Itoa(i), []byte("event"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ack.Sequence
+		if i == 1 {
+			for h.LastSeq() < last {
+				select {
+				case <-ctx.Done():
+					t.Fatal("the feed did not dispatch the second message")
+				case <-time.After(time.Millisecond):
+				}
+			}
+			select {
+			case <-tap.Ready():
+				t.Fatal("woken with 2 messages queued, asked for 3")
+			default:
+			}
+		}
+	}
+	select {
+	case <-tap.Ready():
+	case <-ctx.Done():
+		t.Fatal("not woken with 3 messages queued")
+	}
+	if items := tap.Take(); len(items) != 3 || items[2].Seq != last {
+		t.Fatalf("took %d items", len(items))
+	}
+	// Asking for fewer than are queued wakes at once.
+	if _, err := js.Publish(ctx, "events.project.p.Pod.ns.p", []byte("event")); err != nil {
+		t.Fatal(err)
+	}
+	for h.LastSeq() <= last {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the feed did not dispatch the fourth message")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	tap.WakeAt(1)
+	select {
+	case <-tap.Ready():
+	default:
+		t.Fatal("not woken by WakeAt(1) with a message queued")
+	}
+}
