@@ -60,23 +60,27 @@ type Config struct {
 	SlowRead time.Duration `yaml:"slowRead"`
 }
 
-// Defaults. The batch size was measured on the embedded engine
-// (BenchmarkInsert, ~600-byte events of 1,000 tenants, 2 cores): batches of
-// 100 / 1k / 5k / 10k / 20k rows insert 18k / 61k / 95k / 89k / 92k rows/s —
-// an INSERT has a fixed cost of a few milliseconds, so throughput flattens
-// from ~5k rows. BatchWait bounds the latency at low rates, and how many
-// inserts a second the engine takes below BatchSize events per BatchWait:
-// each insert writes a part to the events table and to each table its
-// materialized views feed (six, of 10-11 files each), which the engine
-// then merges. At 7,200 events/s (the full-scale bench's latency rate,
-// `bench -only latency -latency-rate 7200`, quiet machine) 500 ms took the
-// engine's CPU per 1,000 events from 51 to 36 ms against 200 ms, with
-// emit->queryable p99 679 ms against 336 ms and the emit tails no worse
-// (ack p99 27 / 19 ms, stream / unary, against 30 / 24).
+// Defaults. An INSERT has a fixed cost of a few milliseconds (BenchmarkInsert,
+// ~600-byte events of 1,000 tenants, 2 cores: batches of 100 / 1k / 5k /
+// 10k / 20k rows insert 18k / 61k / 95k / 89k / 92k rows/s), and each one
+// writes a part to the events table and to each table its materialized
+// views feed (six, of 10-11 files each), which the engine then merges: the
+// fewer and larger the parts, the less it merges per event. BatchWait bounds
+// the latency at low rates, and how many inserts a second the engine takes:
+// at 7,200 events/s (`bench -only latency -latency-rate 7200`, quiet
+// machine) 500 ms took the engine's CPU per 1,000 events from 51 to 36 ms
+// against 200 ms, with emit->queryable p99 679 ms against 336 ms and the
+// emit tails no worse. Below BatchSize events per BatchWait (the latency
+// phase's 9,200 events/s) every batch is BatchWait's; BatchSize only
+// decides under a heavier load. There, batches of 20,000 rather than 5,000
+// (an insert every 500 ms rather than four or five a second at 20,000+
+// events/s) took the engine's CPU per 1,000 events in the write phase from
+// 37-40 to 24-27 ms, run after run (session 28, `bench -only emit`, the
+// two alternating).
 const (
 	DefaultDatabase   = "eventgate"
 	DefaultTTL        = 90 * 24 * time.Hour
-	DefaultBatchSize  = 5000
+	DefaultBatchSize  = 20000
 	DefaultBatchWait  = 500 * time.Millisecond
 	DefaultIngestNice = 10
 	// DefaultRollupInterval: a closed hour is read from its rollup about
