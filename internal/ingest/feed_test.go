@@ -222,3 +222,31 @@ func TestFeedAdoptsTheAckFloorOfItsStoresConsumer(t *testing.T) {
 		checkExactlyOnce(t, s, seqs[149], evs, seqs)
 	})
 }
+
+// TestFeedDropsAMessageThatIsNotAnEvent: a message of the events stream
+// that is not an event, read while catching up or from the live feed, is
+// dropped and counted; the floor passes it and every event around it is
+// inserted once.
+func TestFeedDropsAMessageThatIsNotAnEvent(t *testing.T) {
+	eachStore(t, func(t *testing.T, s *clickhouse.Store) {
+		n := startNATS(t)
+		evs := ingestEvents("g", 40)
+		seqs := n.publish(t, evs[:20]...)
+		n.publishRaw(t, "events.project.t0.apps_Deployment.ns.d0", []byte{0xff, 0xff, 0xff, 0xff})
+		h := startHub(t, n)
+		cfg := testFeedConfig(t.TempDir())
+		f := startFeed(t, n, h, writer(t, s), cfg, nil)
+		waitFloor(t, f, seqs[len(seqs)-1]+1, 30*time.Second)
+		n.publishRaw(t, "events.project.t0.apps_Deployment.ns.d0", []byte{0xff, 0xff, 0xff, 0xff})
+		seqs = append(seqs, n.publish(t, evs[20:]...)...)
+		waitFloor(t, f, seqs[len(seqs)-1], 30*time.Second)
+
+		checkExactlyOnce(t, s, seqs[len(seqs)-1], evs, seqs)
+		if got := metricValue(t, f.m.rows); got != 40 {
+			t.Errorf("rows inserted %v, want 40", got)
+		}
+		if got := metricValue(t, f.m.errors.WithLabelValues("decode")); got != 2 {
+			t.Errorf("decode errors %v, want 2", got)
+		}
+	})
+}

@@ -219,18 +219,26 @@ func (in *Consumer) decode(msgs []jetstream.Msg) *batch {
 }
 
 // storedRow decodes one message of the events stream into a row. The row
-// keeps data (Raw, and the event aliases it) until inserted.
+// aliases data.
 func storedRow(seq uint64, subject string, data []byte, h nats.Header, stored time.Time, m *Metrics, log *slog.Logger) (event.Stored, error) {
-	ev, err := event.UnmarshalAliased(data)
-	if err != nil {
+	row := undecodedRow(seq, subject, data, h, stored, m, log)
+	if err := decodeRow(&row); err != nil {
 		return event.Stored{}, err
 	}
-	row := event.Stored{Seq: seq, Subject: subject, Event: ev, StoredAt: stored, Raw: data}
+	return row, nil
+}
+
+// undecodedRow is a message's row without its event, which decodeRow
+// decodes from Raw: a batch waiting for its insert then holds the bytes
+// it is inserted from, not every event decoded besides.
+func undecodedRow(seq uint64, subject string, data []byte, h nats.Header, stored time.Time, m *Metrics, log *slog.Logger) event.Stored {
+	row := event.Stored{Seq: seq, Subject: subject, StoredAt: stored, Raw: data}
 	if h != nil {
 		row.WriteReason = h.Get(wire.HeaderWriteReason)
 		if v := h.Get(wire.HeaderSeriesMinutes); v != "" {
 			// A bad per-minute record does not lose the event: its
 			// occurrences count at its eventTime instead.
+			var err error
 			if row.Minutes, err = wire.ParseMinutes(v); err != nil {
 				m.errors.WithLabelValues("minutes").Inc()
 				log.Warn("clickhouse ingest: per-minute record ignored", "seq", seq, "err", err)
@@ -238,7 +246,17 @@ func storedRow(seq uint64, subject string, data []byte, h nats.Header, stored ti
 			}
 		}
 	}
-	return row, nil
+	return row
+}
+
+// decodeRow decodes the row's event from its Raw (aliased).
+func decodeRow(row *event.Stored) error {
+	ev, err := event.UnmarshalAliased(row.Raw)
+	if err != nil {
+		return err
+	}
+	row.Event = ev
+	return nil
 }
 
 // fetch pulls up to BatchSize messages, waiting at most BatchWait: the
