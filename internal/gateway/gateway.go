@@ -674,6 +674,9 @@ func (g *Gateway) watchHealth(ctx context.Context) {
 // authentication it listens on loopback only, and refuses any other address.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	TuneRuntime(cfg, log)
+	idleCtx, stopIdle := context.WithCancel(ctx)
+	defer stopIdle()
+	go releaseWhenIdle(idleCtx, log)
 	grpcAddr, err := BindAddr(cfg.GRPCAddr, cfg.Auth.Enabled())
 	if err != nil {
 		return fmt.Errorf("grpc-addr: %w", err)

@@ -56,3 +56,37 @@ func TestTuneRuntime(t *testing.T) {
 		t.Errorf("memory limit %d with -1, want none", got)
 	}
 }
+
+// After a busy spell the free heap is returned once the process has been
+// quiet for idleSamples intervals in a row, if enough is free, and not again
+// until it has been busy.
+func TestFreeHeapReturnedOnceAQuietSpellFollowsABusyOne(t *testing.T) {
+	const rate, minFree = 100, 1000
+	r := idleRelease{rate: rate, minFree: minFree}
+	var allocated uint64
+	step := func(alloc, free uint64) bool {
+		allocated += alloc
+		return r.observe(allocated, free)
+	}
+	steps := []struct {
+		alloc, free uint64
+		want        bool
+		what        string
+	}{
+		{5000, 5000, false, "busy"},
+		{10, 5000, false, "first quiet interval"},
+		{10, 5000, true, "second quiet interval: returned"},
+		{10, 5000, false, "still quiet: not again"},
+		{0, 5000, false, "still quiet: not again"},
+		{rate, 5000, false, "busy again"},
+		{0, 5000, false, "first quiet interval"},
+		{0, minFree - 1, false, "quiet, too little free"},
+		{0, minFree, true, "quiet, enough free: returned"},
+		{10, 5000, false, "still quiet: not again"},
+	}
+	for i, s := range steps {
+		if got := step(s.alloc, s.free); got != s.want {
+			t.Fatalf("step %d (%s): release %v, want %v", i, s.what, got, s.want)
+		}
+	}
+}
