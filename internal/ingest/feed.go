@@ -53,6 +53,12 @@ type Feed struct {
 	floor  atomic.Uint64 // in the store, and in the floor file
 	cursor uint64        // handed to the inserter (the producer's)
 
+	// spare holds the rows of batches inserted, emptied, for the producer
+	// to fill again: a batch's rows are made at the batch size (20,000
+	// rows of 120 bytes), and at the latency phase's rate a new one for
+	// every batch was a tenth of what the gateway allocated.
+	spare chan []event.Stored
+
 	lifecycle
 }
 
@@ -77,7 +83,7 @@ func StartFeed(ctx context.Context, js jetstream.JetStream, stream string, hub *
 		return nil, errors.New("clickhouse ingest: the live feed needs a floor file beside the store")
 	}
 	f := &Feed{js: js, stream: stream, hub: hub, w: w, cfg: cfg, log: log.With("ingest", FeedConsumer),
-		m: newMetrics(reg),
+		m: newMetrics(reg), spare: make(chan []event.Stored, spareBatches),
 		catchUps: prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_clickhouse_ingest_feed_catchups_total",
 			Help: "Times the ingest of this replica's own store read the stream to catch up with its live feed: at start, and after it fell behind by more than its tap's buffer."})}
 	if reg != nil {
@@ -233,6 +239,7 @@ func (f *Feed) run(ctx context.Context) {
 			f.cancel() // aborted: the producer ends too
 			continue
 		}
+		f.recycle(b.rows)
 		f.floor.Store(b.last)
 		f.m.ackFloor.Set(float64(b.last))
 		if err := f.writeFloor(b.last); err != nil {
@@ -326,7 +333,7 @@ func (f *Feed) readStream(ctx context.Context, out chan<- *feedBatch, to uint64)
 		if err != nil {
 			return false, fmt.Errorf("fetch: %w", err)
 		}
-		b := &feedBatch{rows: make([]event.Stored, 0, f.cfg.BatchSize)}
+		b := f.newBatch()
 		end := false
 		for m := range batch.Messages() {
 			md, err := m.Metadata()
@@ -380,7 +387,7 @@ func (f *Feed) live(ctx context.Context, out chan<- *feedBatch, tap *watch.Tap) 
 				continue
 			}
 			if b == nil {
-				b = &feedBatch{rows: make([]event.Stored, 0, f.cfg.BatchSize)}
+				b = f.newBatch()
 				wait.Reset(f.cfg.BatchWait)
 			}
 			f.add(b, it.Seq, it.Subject, it.Raw, it.Header, it.Stored)
@@ -442,6 +449,32 @@ func (f *Feed) live(ctx context.Context, out chan<- *feedBatch, tap *watch.Tap) 
 		} else {
 			tap.WakeAt(f.cfg.BatchSize - len(b.rows))
 		}
+	}
+}
+
+// spareBatches is how many inserted batches' rows the feed keeps for the
+// next ones: one filled while one waits for the inserter and one is
+// inserted.
+const spareBatches = 3
+
+// newBatch is an empty batch, on the rows of an inserted one when there is
+// one to spare.
+func (f *Feed) newBatch() *feedBatch {
+	select {
+	case rows := <-f.spare:
+		return &feedBatch{rows: rows}
+	default:
+		return &feedBatch{rows: make([]event.Stored, 0, f.cfg.BatchSize)}
+	}
+}
+
+// recycle keeps an inserted batch's rows for a later batch, emptied (so
+// that they hold no event or message), unless enough are kept already.
+func (f *Feed) recycle(rows []event.Stored) {
+	clear(rows)
+	select {
+	case f.spare <- rows[:0]:
+	default:
 	}
 }
 

@@ -34,7 +34,8 @@ import (
 type Writer interface {
 	// Insert stores a batch. A batch is acknowledged only after Insert
 	// returned nil and is retried otherwise, so inserting a version again
-	// (same Seq) must be harmless.
+	// (same Seq) must be harmless. Insert must not keep the batch's slice
+	// once it returned: the ingest fills it again with a later batch.
 	Insert(ctx context.Context, batch []event.Stored) error
 	// Batch is the batch size and the longest wait for a partial batch the
 	// store is tuned for: the defaults of Config.BatchSize and BatchWait.
