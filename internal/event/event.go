@@ -295,13 +295,24 @@ func checkRef(r *eventgatev1.ObjectReference, f string, required bool, bad func(
 	if required && r.Name == "" {
 		bad(f+".name", "is required")
 	}
-	checkString(r.ApiVersion, f+".apiVersion", maxNameField, bad)
-	checkString(r.Kind, f+".kind", maxNameField, bad)
-	checkString(r.Namespace, f+".namespace", maxNameField, bad)
-	checkString(r.Name, f+".name", maxNameField, bad)
-	checkString(r.Uid, f+".uid", maxShortField, bad)
-	checkString(r.FieldPath, f+".fieldPath", maxNameField, bad)
-	checkString(r.ResourceVersion, f+".resourceVersion", maxShortField, bad)
+	checkRefField(r.ApiVersion, f, "apiVersion", maxNameField, bad)
+	checkRefField(r.Kind, f, "kind", maxNameField, bad)
+	checkRefField(r.Namespace, f, "namespace", maxNameField, bad)
+	checkRefField(r.Name, f, "name", maxNameField, bad)
+	checkRefField(r.Uid, f, "uid", maxShortField, bad)
+	checkRefField(r.FieldPath, f, "fieldPath", maxNameField, bad)
+	checkRefField(r.ResourceVersion, f, "resourceVersion", maxShortField, bad)
+}
+
+// checkRefField is checkString for the field ref.name, whose path is built
+// only for a violation: every event has two references, and building the
+// paths of their seven fields up front was 1.4% of what the gateway
+// allocated under load.
+func checkRefField(s, ref, name string, max int, bad func(string, string, ...any)) {
+	if len(s) <= max && printable(s) {
+		return
+	}
+	checkString(s, ref+"."+name, max, bad)
 }
 
 // checkPathSegment refuses what cannot be one segment of a REST path (GET
