@@ -52,11 +52,18 @@ func TestRecorderWaitsOutTheRateLimitsDelay(t *testing.T) {
 	if len(limited) == 0 {
 		t.Fatal("the recorder was never refused: the limit did not apply")
 	}
+	longest := time.Duration(0)
 	for _, r := range limited {
-		// At 5 events/s the gateway says hundreds of milliseconds or more,
-		// far above the recorder's own 10-40 ms backoff.
-		if r.said < 100*time.Millisecond || r.wait < r.said {
+		if r.said <= 0 || r.wait < r.said {
 			t.Errorf("waited %v after a refusal saying retry after %v (all: %+v)", r.wait, r.said, limited)
 		}
+		longest = max(longest, r.said)
+	}
+	// At 5 events/s a batch of 10 waits hundreds of milliseconds or more
+	// (a refusal just before the bucket refills may say less), far above
+	// the recorder's own 10-40 ms backoff: the waits above are the
+	// gateway's, not the backoff's.
+	if longest < 100*time.Millisecond {
+		t.Errorf("no refusal said to wait 100 ms or more, the longest %v: the limit did not hold the recorder back (all: %+v)", longest, limited)
 	}
 }
