@@ -13,6 +13,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/series"
 )
@@ -116,18 +117,16 @@ func (pt *partition) handle(ctx context.Context, msg jetstream.Msg) error {
 
 // follows reports whether seq is the partition's first entry after pos.
 func (pt *partition) follows(ctx context.Context, pos, seq uint64) (bool, error) {
-	for attempt := 0; ; attempt++ {
-		m, err := pt.in.stream.GetMsg(ctx, pos+1, jetstream.WithGetMsgSubject(pt.subject))
-		if errors.Is(err, jetstream.ErrMsgNotFound) && attempt < 5 {
-			// A lagging replica answered the direct get: it will catch up.
-			backoff(ctx, time.Duration(attempt+1)*20*time.Millisecond)
-			continue
-		}
-		if err != nil {
-			return false, fmt.Errorf("%w: entry after %d: %w", errRead, pos, err)
-		}
-		return m.Sequence == seq, nil
+	m, err := pt.in.stream.GetMsg(ctx, pos+1, jetstream.WithGetMsgSubject(pt.subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// Entry seq is stored, so a replica that lags the stream answered
+		// the direct get: the leader holds it.
+		m, err = ejs.LeaderGet(ctx, pt.in.js, pt.in.cfg.Stream, ejs.MsgQuery{Seq: pos + 1, NextBySubject: pt.subject})
 	}
+	if err != nil {
+		return false, fmt.Errorf("%w: entry after %d: %w", errRead, pos, err)
+	}
+	return m.Sequence == seq, nil
 }
 
 // fold handles one log entry past the aggregator's position: a tick, one
@@ -261,33 +260,31 @@ func (pt *partition) reader(ctx context.Context) series.Reader {
 func (pt *partition) readEntry(ctx context.Context, seq uint64) ([][]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	for attempt := 0; ; attempt++ {
-		m, err := pt.in.stream.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) && attempt < 5 {
-			// A lagging replica answered the direct get: it will catch up.
-			backoff(ctx, time.Duration(attempt+1)*20*time.Millisecond)
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read intake entry %d: %w", seq, err)
-		}
-		if m.Subject != pt.subject {
-			return nil, fmt.Errorf("intake entry %d is on %q, not this partition's", seq, m.Subject)
-		}
-		b := m.Header.Get(HeaderBatch)
-		if b == "" {
-			return [][]byte{m.Data}, nil
-		}
-		idxs, err := parseIndexes(b)
-		if err != nil {
-			return nil, err
-		}
-		data, err := batchData(m.Header, m.Data)
-		if err != nil {
-			return nil, err
-		}
-		return splitBatch(data, len(idxs))
+	m, err := pt.in.stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// A replica that lags the stream may have answered the direct
+		// get: the leader holds every entry still kept.
+		m, err = ejs.LeaderGet(ctx, pt.in.js, pt.in.cfg.Stream, ejs.MsgQuery{Seq: seq})
 	}
+	if err != nil {
+		return nil, fmt.Errorf("read intake entry %d: %w", seq, err)
+	}
+	if m.Subject != pt.subject {
+		return nil, fmt.Errorf("intake entry %d is on %q, not this partition's", seq, m.Subject)
+	}
+	b := m.Header.Get(HeaderBatch)
+	if b == "" {
+		return [][]byte{m.Data}, nil
+	}
+	idxs, err := parseIndexes(b)
+	if err != nil {
+		return nil, err
+	}
+	data, err := batchData(m.Header, m.Data)
+	if err != nil {
+		return nil, err
+	}
+	return splitBatch(data, len(idxs))
 }
 
 // clientWriteID is the events message id of an event stored as its emitter

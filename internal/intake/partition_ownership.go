@@ -83,7 +83,7 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 		pt.in.m.takeovers.Inc()
 		pt.in.addStats(func(s *Stats) { s.Takeovers++ })
 		pt.updateGauges()
-		if err := pt.in.store.purgeUnnamed(ctx, pt.p, h); err != nil {
+		if err := pt.in.store.purgeUnnamed(ctx, pt.p, h, newRev); err != nil {
 			pt.log.Warn("purge old checkpoint chunks", "err", err)
 		}
 		pt.log.Info("partition taken over", "cause", cause, "entry", h.logSeq, "keys", agg.Stats().Keys)

@@ -72,7 +72,7 @@ func (in *Intake) scanStoredWrites(ctx context.Context, after uint64) (*storedWr
 	s := &storedWrites{until: ii.State.LastSeq}
 	last := ei.State.LastSeq
 	in.noteEventsSeq(last)
-	if last <= after {
+	if last <= after || ei.State.Msgs == 0 {
 		return s, nil
 	}
 	s.seqs = make(map[[2]uint64]uint64, min(last-after, 1<<16))
@@ -84,7 +84,7 @@ func (in *Intake) scanStoredWrites(ctx context.Context, after uint64) (*storedWr
 	if err != nil {
 		return nil, fmt.Errorf("read the events stream: %w", err)
 	}
-	start := time.Now()
+	start, progress := time.Now(), time.Now()
 	for ctx.Err() == nil {
 		batch, err := c.Fetch(4096, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
@@ -95,10 +95,14 @@ func (in *Intake) scanStoredWrites(ctx context.Context, after uint64) (*storedWr
 			if err != nil {
 				return nil, fmt.Errorf("read the events stream: %w", err)
 			}
+			progress = time.Now()
 			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
 				s.seqs[writeKey(id)] = meta.Sequence.Stream
 			}
-			if meta.Sequence.Stream >= last || meta.NumPending == 0 {
+			// Up to last, not until nothing is pending: the consumer
+			// reads the replica it was placed on, which may lag the
+			// stream and hold less.
+			if meta.Sequence.Stream >= last {
 				in.log.Debug("stored writes read", "after", after, "last", last, "ids", len(s.seqs), "took", time.Since(start))
 				return s, nil
 			}
@@ -106,9 +110,16 @@ func (in *Intake) scanStoredWrites(ctx context.Context, after uint64) (*storedWr
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
 			return nil, fmt.Errorf("read the events stream: %w", err)
 		}
+		if time.Since(progress) > storedWritesStall {
+			return nil, fmt.Errorf("read the events stream: no message for %s, short of sequence %d", storedWritesStall, last)
+		}
 	}
 	return nil, ctx.Err()
 }
+
+// storedWritesStall bounds how long scanStoredWrites waits for a replica
+// that lags the events stream before the takeover tries again.
+const storedWritesStall = 10 * time.Second
 
 // noteEventsSeq raises the highest events-stream sequence known stored.
 func (in *Intake) noteEventsSeq(seq uint64) {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/series"
 )
 
@@ -262,11 +263,11 @@ func (s *store) checkMeta(ctx context.Context, partitions int) error {
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("checkpoint bucket meta: %w", err)
 	}
-	e, err := s.kv.Get(ctx, metaKey)
+	v, _, err := s.get(ctx, metaKey)
 	if err != nil {
 		return fmt.Errorf("checkpoint bucket meta: %w", err)
 	}
-	if got := string(e.Value()); got != want {
+	if got := string(v); got != want {
 		return fmt.Errorf("%w: bucket %s has %q, config has %q", ErrPartitionsChanged, s.bucket, got, want)
 	}
 	return nil
@@ -275,14 +276,14 @@ func (s *store) checkMeta(ctx context.Context, partitions int) error {
 // load returns partition p's latest checkpoint: its head snapshot (nil
 // when there is none), its head and the head's revision (0 when none).
 func (s *store) load(ctx context.Context, p int) ([]byte, head, uint64, error) {
-	e, err := s.kv.Get(ctx, headKey(p))
+	v, rev, err := s.get(ctx, headKey(p))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, head{}, 0, nil
 	}
 	if err != nil {
 		return nil, head{}, 0, fmt.Errorf("read checkpoint head %d: %w", p, err)
 	}
-	h, err := unmarshalHead(e.Value())
+	h, err := unmarshalHead(v)
 	if err != nil {
 		return nil, head{}, 0, err
 	}
@@ -297,7 +298,15 @@ func (s *store) load(ctx context.Context, p int) ([]byte, head, uint64, error) {
 	if len(snap) == 0 {
 		snap = nil
 	}
-	return snap, h, e.Revision(), nil
+	return snap, h, rev, nil
+}
+
+// get reads key as the bucket's leader holds it: a replica of the bucket
+// that lags (one restarted, catching up) would answer a direct get with a
+// head older than the one that replaced it, or without the chunks the
+// current head names, and a takeover would retry on it in vain.
+func (s *store) get(ctx context.Context, key string) ([]byte, uint64, error) {
+	return ejs.LeaderKVGet(ctx, s.js, s.bucket, key)
 }
 
 // segment reads segment id of head h of partition p.
@@ -314,13 +323,13 @@ func (s *store) segment(ctx context.Context, p int, h head, id uint64) ([]byte, 
 func (s *store) readBlob(ctx context.Context, p int, b blob) ([]byte, error) {
 	v := make([]byte, 0, b.size)
 	for i := 0; i < int(b.chunks); i++ {
-		c, err := s.kv.Get(ctx, chunkKey(p, b.gen, i))
+		c, _, err := s.get(ctx, chunkKey(p, b.gen, i))
 		if err != nil {
 			// A missing chunk means a newer head replaced the one naming
 			// it and purged it: the caller reads the head again.
 			return nil, fmt.Errorf("%w: chunk %d of %s: %w", ErrFenced, i, b.gen, err)
 		}
-		v = append(v, c.Value()...)
+		v = append(v, c...)
 	}
 	if uint64(len(v)) != b.size || crc32.Checksum(v, castagnoli) != b.crc {
 		return nil, fmt.Errorf("%w: partition %d: %s: size or checksum mismatch", ErrCorruptCheckpoint, p, b.gen)
@@ -403,6 +412,15 @@ func (s *store) save(ctx context.Context, p int, cp series.Checkpoint, prev head
 	}
 	n, err := s.putHead(ctx, p, h, rev)
 	if err != nil {
+		if errors.Is(err, ErrFenced) {
+			// The chunks written above are named by no head, and no other
+			// replica knows their fresh generations: remove them now.
+			// (Those of a crash before the head are purged by the next
+			// takeover, purgeUnnamed.)
+			if perr := s.purgeGens(ctx, p, garbage(h, prev)); perr != nil {
+				err = errors.Join(err, perr)
+			}
+		}
 		return head{}, 0, err
 	}
 	return h, n, nil
@@ -449,10 +467,14 @@ func (s *store) purgeGens(ctx context.Context, p int, gens []string) error {
 	return nil
 }
 
-// purgeUnnamed removes every chunk of partition p that h does not name:
-// those of heads replaced meanwhile and of checkpoints that never got a
-// head (a failed compare-and-set, a crash).
-func (s *store) purgeUnnamed(ctx context.Context, p int, h head) error {
+// purgeUnnamed removes every chunk of partition p stored before bucket
+// sequence before that h does not name: those of heads replaced meanwhile
+// and of checkpoints that never got a head (a failed compare-and-set, a
+// crash). before is the revision of the claim of h: a replica that takes
+// the partition over after that claim starts from h or a later head and
+// writes the chunks its checkpoints name after it, and they are not
+// garbage, however long this purge takes to start.
+func (s *store) purgeUnnamed(ctx context.Context, p int, h head, before uint64) error {
 	st, err := s.js.Stream(ctx, "KV_"+s.bucket)
 	if err != nil {
 		return fmt.Errorf("purge checkpoint chunks: %w", err)
@@ -472,7 +494,12 @@ func (s *store) purgeUnnamed(ctx context.Context, p int, h head) error {
 			gone = append(gone, g)
 		}
 	}
-	return s.purgeGens(ctx, p, gone)
+	for _, g := range gone {
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(s.chunkSubject(p, g)), jetstream.WithPurgeSequence(before)); err != nil {
+			return fmt.Errorf("purge checkpoint chunks %s: %w", g, err)
+		}
+	}
+	return nil
 }
 
 func (s *store) chunkSubject(p int, gen string) string {

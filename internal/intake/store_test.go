@@ -83,8 +83,13 @@ func TestStore(t *testing.T) {
 		t.Fatalf("segment the head does not name: %v", err)
 	}
 
-	// A second owner claims the head; the first one's next checkpoint is
-	// fenced and leaves orphans (5 + 1 chunks).
+	// An owner that crashed after writing a checkpoint's chunks, before
+	// its head, left orphans (5 chunks). A second owner claims the head;
+	// the first one's next checkpoint is fenced and removes the chunks it
+	// wrote (5 + 1).
+	if _, err := s.writeBlob(ctx, 1, big); err != nil {
+		t.Fatal(err)
+	}
 	h.owner = "owner-b"
 	rev2, err := s.putHead(ctx, 1, h, rev1)
 	if err != nil {
@@ -93,10 +98,10 @@ func TestStore(t *testing.T) {
 	if _, _, err := s.save(ctx, 1, series.Checkpoint{Head: big, Segment: seg(9, 10), Live: []uint64{5, 9}}, h1, position(20, 1), 20, 7, "owner-a", rev1); !errors.Is(err, ErrFenced) {
 		t.Fatalf("stale checkpoint: %v, want ErrFenced", err)
 	}
-	if n := len(chunkKeys(t, s)); n != 13 {
-		t.Fatalf("%d chunks, want 13", n)
+	if n := len(chunkKeys(t, s)); n != 12 {
+		t.Fatalf("%d chunks, want 12 (the head's 7 and the crash's 5)", n)
 	}
-	if err := s.purgeUnnamed(ctx, 1, h); err != nil {
+	if err := s.purgeUnnamed(ctx, 1, h, rev2); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(chunkKeys(t, s)); n != 7 {
@@ -147,11 +152,11 @@ func TestStore(t *testing.T) {
 	}
 
 	// A head naming purged chunks reads as fenced (a newer head replaced it).
-	h5, _, err := s.save(ctx, 2, series.Checkpoint{Head: big}, head{}, position(1, 1), 1, 7, "x", 0)
+	h5, rev5, err := s.save(ctx, 2, series.Checkpoint{Head: big}, head{}, position(1, 1), 1, 7, "x", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.purgeUnnamed(ctx, 2, head{}); err != nil {
+	if err := s.purgeUnnamed(ctx, 2, head{}, rev5); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, _, err := s.load(ctx, 2); !errors.Is(err, ErrFenced) {
@@ -175,6 +180,60 @@ func TestStore(t *testing.T) {
 	}
 	if err := s.checkMeta(ctx, 8); !errors.Is(err, ErrPartitionsChanged) {
 		t.Fatalf("changed partition count: %v", err)
+	}
+}
+
+// A replica that claimed a partition's head purges the chunks that head
+// does not name only once it has done the rest of its takeover. If the
+// partition was taken from it meanwhile and the next owner checkpointed,
+// that late purge leaves the next owner's chunks alone: its head still
+// reads back whole.
+func TestALateTakeoverPurgeKeepsTheNextOwnersCheckpoint(t *testing.T) {
+	s := newTestStore(t, 64)
+	ctx := context.Background()
+	big := bytes.Repeat([]byte("0123456789"), 30) // 5 chunks
+	cBig := append([]byte("c"), big...)
+	seg := &series.Segment{ID: 3, Data: bytes.Repeat([]byte{3}, 100)}
+
+	h1, rev1, err := s.save(ctx, 4, series.Checkpoint{Head: big}, head{}, position(10, 1), 10, 7, "owner-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Owner b claims the head, then stalls before its purge.
+	h1.owner = "owner-b"
+	revB, err := s.putHead(ctx, 4, h1, rev1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Owner c takes the partition over from b's head and checkpoints: a
+	// chunked head snapshot and a segment, all new chunks.
+	h1.owner = "owner-c"
+	revC, err := s.putHead(ctx, 4, h1, revB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hC, _, err := s.save(ctx, 4, series.Checkpoint{Head: cBig, Segment: seg, Live: []uint64{3}}, h1, position(20, 1), 20, 7, "owner-c", revC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b's purge runs now.
+	if err := s.purgeUnnamed(ctx, 4, h1, revB); err != nil {
+		t.Fatal(err)
+	}
+	snap, h, _, err := s.load(ctx, 4)
+	if err != nil || !bytes.Equal(snap, cBig) || h.owner != "owner-c" {
+		t.Fatalf("owner c's checkpoint after b's late purge: %v (%q, %+v)", err, snap, h)
+	}
+	if b, err := s.segment(ctx, 4, h, 3); err != nil || !bytes.Equal(b, seg.Data) {
+		t.Fatalf("owner c's segment after b's late purge: %v", err)
+	}
+	// c's own checkpoint's predecessor chunks (b's head's) are garbage to
+	// c, which purges them: only c's head snapshot and segment remain.
+	if err := s.purgeUnnamed(ctx, 4, hC, revC+1000); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(chunkKeys(t, s)); n != 7 {
+		t.Fatalf("%d chunks, want 7 (owner c's head snapshot and segment)", n)
 	}
 }
 
