@@ -50,6 +50,7 @@ func (h *Hub) replay(ctx context.Context, o event.WatchOptions, from, to uint64,
 		}
 	}
 	var pending uint64
+	var lagging time.Time // since when the consumer's replica lags the stream
 	cursor, again := from, false
 	for cursor < to {
 		if cons == nil {
@@ -61,14 +62,54 @@ func (h *Hub) replay(ctx context.Context, o event.WatchOptions, from, to uint64,
 			}
 			cons, pending, again = c, c.CachedInfo().NumPending, true
 		}
-		if pending == 0 {
-			break
-		}
 		select {
 		case <-h.done:
 			return cursor, event.ErrWatchStopped
 		default:
 		}
+		if pending == 0 {
+			// The consumer reads the replica of the stream it was placed
+			// on, and counts what that replica holds: one that lags the
+			// stream (restarted, catching up) holds less. The replay is
+			// over only when the stream's leader holds nothing selected
+			// in (cursor, to] either.
+			covered, err := h.replayCovered(ctx, o, cursor, to)
+			if err != nil {
+				return cursor, err
+			}
+			if covered {
+				break
+			}
+			if lagging.IsZero() {
+				lagging = time.Now()
+				h.metrics.replayLagging.Inc()
+			} else if time.Since(lagging) > replayLagLimit {
+				// Another consumer may be placed on a replica that is
+				// caught up.
+				h.deleteConsumer(ctx, cons.CachedInfo().Name)
+				cons, lagging = nil, time.Time{}
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return cursor, ctx.Err()
+			case <-h.done:
+				return cursor, event.ErrWatchStopped
+			case <-time.After(replayLagPoll): // the replica catching up
+			}
+			info, err := cons.Info(ctx)
+			switch {
+			case err == nil:
+				pending = info.NumPending
+			case consumerGone(err):
+				h.deleteConsumer(ctx, cons.CachedInfo().Name)
+				cons = nil
+			default:
+				return cursor, fmt.Errorf("watch replay: %w", err)
+			}
+			continue
+		}
+		lagging = time.Time{}
 		var err error
 		cursor, pending, err = h.replayBatch(ctx, cons, o, only, cursor, pending, to, send)
 		switch {
@@ -81,8 +122,44 @@ func (h *Hub) replay(ctx context.Context, o event.WatchOptions, from, to uint64,
 			return cursor, err
 		}
 	}
-	// Everything in (cursor, to] that the subjects select was sent or did not match.
+	// Everything in (from, to] that the subjects select was sent or did not match.
 	return to, nil
+}
+
+// How long a replay waits between looks at a consumer whose replica lags
+// the stream, and how long before it makes another.
+const (
+	replayLagPoll  = 50 * time.Millisecond
+	replayLagLimit = 5 * time.Second
+)
+
+// replayCovered reports whether the stream's leader holds no message that
+// o selects in (cursor, to]: one request per filter subject of the replay
+// consumer.
+func (h *Hub) replayCovered(ctx context.Context, o event.WatchOptions, cursor, to uint64) (bool, error) {
+	name := h.stream.CachedInfo().Config.Name
+	for _, f := range replayFilters(o) {
+		m, err := ejs.LeaderGet(ctx, h.js, name, ejs.MsgQuery{Seq: cursor + 1, NextBySubject: f})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("watch replay: %w", err)
+		}
+		if m.Sequence <= to {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// replayFilters are the filter subjects of a replay consumer for o: past
+// maxReplayFilters subjects, every event.
+func replayFilters(o event.WatchOptions) []string {
+	if len(o.Subjects) > maxReplayFilters {
+		return []string{ejs.SubjectsAll}
+	}
+	return o.Subjects
 }
 
 // replayBatch fetches and sends one batch of a replay, from cursor with
@@ -103,19 +180,21 @@ func (h *Hub) replayBatch(ctx context.Context, cons jetstream.Consumer, o event.
 		seq := meta.Sequence.Stream
 		pending = meta.NumPending
 		if seq > to {
-			pending = 0
+			// The replica holds a message past to, so all up to it: the
+			// replay has covered to.
+			cursor, pending = to, 0
 			continue
 		}
 		if only != nil && !only.HasInterest(msg.Subject()) {
 			cursor = seq
 			continue
 		}
+		cursor = seq
 		ev, err := event.Unmarshal(msg.Data())
 		if err != nil {
 			h.metrics.decodeErrors.Inc()
 			continue
 		}
-		cursor = seq
 		if o.Match != nil && !o.Match(ev) {
 			continue
 		}
@@ -152,13 +231,10 @@ func (h *Hub) replayConsumer(ctx context.Context, o event.WatchOptions, after ui
 		MemoryStorage:     true,
 		Replicas:          1,
 	}
-	switch {
-	case len(o.Subjects) > maxReplayFilters:
-		cfg.FilterSubject = ejs.SubjectsAll
-	case len(o.Subjects) == 1:
-		cfg.FilterSubject = o.Subjects[0]
-	default:
-		cfg.FilterSubjects = o.Subjects
+	if fs := replayFilters(o); len(fs) == 1 {
+		cfg.FilterSubject = fs[0]
+	} else {
+		cfg.FilterSubjects = fs
 	}
 	// Made whether or not the watch is cancelled meanwhile, then deleted
 	// by the caller: a delete sent while the create is still under way
