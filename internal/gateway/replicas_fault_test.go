@@ -353,22 +353,41 @@ func expectWatchSawEachOnce(t *testing.T, watched *watchLog, acked map[string]bo
 				t.Fatalf("the watch went from resourceVersion %d to %d", rvs[i-1], rvs[i])
 			}
 		}
-		missing := 0
+		var missing, repeated []string
 		for uid := range acked {
-			if uids[uid] != 1 {
-				missing++
+			switch uids[uid] {
+			case 0:
+				missing = append(missing, uid)
+			case 1:
+			default:
+				repeated = append(repeated, uid)
 			}
 		}
-		if missing == 0 {
+		if len(missing)+len(repeated) == 0 {
 			t.Logf("the watch saw all %d acknowledged events once (%d in all)", len(acked), len(rvs))
 			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the watch missed (or repeated) %d of %d acknowledged events", missing, len(acked))
+			t.Fatalf("the watch missed %d and repeated %d of %d acknowledged events (missed e.g. %q; repeated e.g. %q); it saw %d events, resourceVersions %s",
+				len(missing), len(repeated), len(acked), missing[:min(5, len(missing))], repeated[:min(5, len(repeated))], len(rvs), gaps(rvs))
 		case <-time.After(200 * time.Millisecond): // the watch delivering
 		}
 	}
+}
+
+// gaps describes rvs as its first and last and the gaps between.
+func gaps(rvs []uint64) string {
+	if len(rvs) == 0 {
+		return "none"
+	}
+	out := fmt.Sprintf("%d", rvs[0])
+	for i := 1; i < len(rvs); i++ {
+		if rvs[i] != rvs[i-1]+1 {
+			out += fmt.Sprintf("..%d, %d", rvs[i-1], rvs[i])
+		}
+	}
+	return out + fmt.Sprintf("..%d", rvs[len(rvs)-1])
 }
 
 // expectEveryReplicaReturnsEachOnce waits until a Query to each replica
