@@ -77,6 +77,9 @@ type Stats struct {
 	ClientWrites uint64
 	// Takeovers: partitions restored from their checkpoint by this replica.
 	Takeovers uint64
+	// Salvaged: damaged checkpoints among them, taken over with what they
+	// still held.
+	Salvaged uint64
 	// Resyncs: consumer rewinds and checkpoint restores after a gap, a
 	// failed write or a lost compare-and-set.
 	Resyncs     uint64

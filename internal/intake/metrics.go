@@ -23,6 +23,7 @@ type metrics struct {
 	reads       prometheus.Counter
 	collisions  prometheus.Counter
 	takeovers   prometheus.Counter
+	salvaged    prometheus.Counter
 	replayed    prometheus.Counter
 	resyncs     *prometheus.CounterVec
 	ticks       prometheus.Counter
@@ -45,6 +46,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reads:       prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_first_occurrence_reads_total", Help: "First occurrences read back from the intake log to start a series (no longer in the ring of recent ones)."}),
 		collisions:  prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_key_hash_collisions_total", Help: "Tracked singletons forgotten because another key had the same 128-bit hash."}),
 		takeovers:   prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_takeovers_total", Help: "Partitions this replica took over (restored from their checkpoint)."}),
+		salvaged:    prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_checkpoints_salvaged_total", Help: "Damaged partition checkpoints (a chunk missing or corrupt) this replica took over with what they still held; the keys they no longer tracked started again as new events."}),
 		replayed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_replayed_stored_total", Help: "Writes replayed after a takeover that the events stream already held, so were not published again."}),
 		resyncs:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eventgate_series_resyncs_total", Help: "Times an owner rewound its partition's consumer or restored its checkpoint, by cause."}, []string{"cause"}),
 		ticks:       prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_series_ticks_total", Help: "Tick entries this replica put in the intake log."}),
@@ -60,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.writes.WithLabelValues(wire.ReasonClient)
 	if reg != nil {
 		reg.MustRegister(m.active, m.tracked, m.owned, m.occurrences, m.folded, m.saved, m.writes, m.evicted,
-			m.bytes, m.reads, m.collisions, m.takeovers, m.replayed, m.resyncs, m.ticks, m.checkpoint, m.submitted, m.stage)
+			m.bytes, m.reads, m.collisions, m.takeovers, m.salvaged, m.replayed, m.resyncs, m.ticks, m.checkpoint, m.submitted, m.stage)
 	}
 	return m
 }

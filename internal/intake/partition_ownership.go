@@ -14,6 +14,7 @@ import (
 // after it. Only then are entries handled again.
 func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 	pt.drop()
+	var bad struct{ rev, times uint64 } // a damaged checkpoint, read again
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 {
 			backoff(ctx, time.Duration(min(attempt, 10))*50*time.Millisecond)
@@ -23,12 +24,15 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 			return
 		}
 		snap, h, rev, err := pt.in.store.load(ctx, pt.p)
-		if err != nil {
+		headLost := err != nil && rev != 0 && damaged(err)
+		if err != nil && !headLost {
 			pt.log.Warn("takeover: read checkpoint", "err", err)
 			continue
 		}
 		var agg *series.Aggregator
-		if snap == nil {
+		if headLost {
+			// err stands: salvaged below once it holds.
+		} else if snap == nil {
 			// Nothing of the partition was written before: its writes
 			// come after the events stream's last message.
 			var last uint64
@@ -47,6 +51,14 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 				return pt.in.store.segment(ctx, pt.p, h, id)
 			})
 		}
+		if err != nil && rev != 0 && damaged(err) {
+			if bad.rev != rev {
+				bad.rev, bad.times = rev, 0
+			}
+			if bad.times++; bad.times >= salvageAfter {
+				agg, h, err = pt.salvage(ctx, snap, h, headLost, err)
+			}
+		}
 		if err != nil {
 			pt.log.Error("takeover: restore checkpoint", "err", err)
 			continue
@@ -59,7 +71,7 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 			continue
 		}
 		var stored *storedWrites
-		if snap != nil && h.hasEventsSeq {
+		if h.hasEventsSeq {
 			if stored, err = pt.in.scanStoredWrites(ctx, h.eventsSeq); err != nil {
 				pt.log.Warn("takeover: read the writes stored since the checkpoint", "err", err)
 				continue
@@ -89,6 +101,56 @@ func (pt *partition) takeover(ctx context.Context, pin, cause string) {
 		pt.log.Info("partition taken over", "cause", cause, "entry", h.logSeq, "keys", agg.Stats().Keys)
 		return
 	}
+}
+
+// salvageAfter is how many times in a row a takeover reads a checkpoint
+// damaged under the same head revision before it salvages it. Every read
+// of the checkpoint goes to the bucket's leader, and the chunks a head
+// names are purged only once a later head replaced it: a chunk missing
+// under the same head three times is gone for good.
+const salvageAfter = 3
+
+// salvage restores what a damaged checkpoint still holds (cause says what
+// is damaged): without the segments that cannot be read (their singletons
+// are forgotten), or, when the head snapshot itself cannot, an empty
+// aggregator at the head's position. The partition then goes on from the
+// head's log entry as after any takeover, and nothing it accepted is lost;
+// but a key whose series or singleton was forgotten starts again, as a new
+// event. It returns the head to claim: one with the new empty snapshot
+// inline when the head snapshot was lost.
+func (pt *partition) salvage(ctx context.Context, snap []byte, h head, headLost bool, cause error) (*series.Aggregator, head, error) {
+	lost := 0
+	var agg *series.Aggregator
+	var err error
+	if !headLost {
+		agg, err = series.RestoreCheckpoint(pt.in.cfg.Series, snap, func(id uint64) ([]byte, error) {
+			b, err := pt.in.store.segment(ctx, pt.p, h, id)
+			if err != nil && damaged(err) {
+				lost++
+				return nil, series.ErrSegmentLost
+			}
+			return b, err
+		})
+		if err != nil && !damaged(err) {
+			return nil, h, err
+		}
+		headLost = err != nil
+	}
+	if headLost {
+		if agg, err = series.NewAt(pt.in.cfg.Series, h.position); err == nil {
+			snap, err = agg.Snapshot()
+		}
+		if err != nil {
+			return nil, h, err
+		}
+		h = head{position: h.position, logSeq: h.logSeq, eventsSeq: h.eventsSeq, hasEventsSeq: h.hasEventsSeq, owner: h.owner, inline: snap}
+		h.size, h.crc = uint64(len(snap)), crcOf(snap)
+	}
+	pt.in.m.salvaged.Inc()
+	pt.in.addStats(func(s *Stats) { s.Salvaged++ })
+	pt.log.Error("partition checkpoint damaged: taken over with what it still holds; keys it no longer tracks start again as new events",
+		"cause", cause, "head_lost", headLost, "segments_lost", lost, "entry", h.logSeq, "keys", agg.Stats().Keys)
+	return agg, h, nil
 }
 
 // drop forgets the partition's state (it is owned elsewhere now, or will be

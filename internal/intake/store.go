@@ -28,7 +28,16 @@ var (
 	// ErrPartitionsChanged: the bucket holds checkpoints of a different
 	// partition count.
 	ErrPartitionsChanged = errors.New("intake partition count differs from the checkpoints'")
+	// errChunkMissing: a chunk a head names is not in the bucket.
+	errChunkMissing = errors.New("checkpoint chunk missing")
 )
+
+// damaged reports whether err says a checkpoint cannot be read as it is
+// stored: a chunk it names is missing, or it does not decode or match.
+// Read again under the same head revision, it is for good.
+func damaged(err error) bool {
+	return errors.Is(err, errChunkMissing) || errors.Is(err, ErrCorruptCheckpoint) || errors.Is(err, series.ErrCorruptSnapshot)
+}
 
 // store keeps every partition's latest checkpoint in a KV bucket (see
 // series.Checkpoint): the key "head.<p>" holds the checkpoint's head
@@ -275,6 +284,8 @@ func (s *store) checkMeta(ctx context.Context, partitions int) error {
 
 // load returns partition p's latest checkpoint: its head snapshot (nil
 // when there is none), its head and the head's revision (0 when none).
+// When the head reads but its snapshot does not, the error comes with the
+// head and its revision (see damaged).
 func (s *store) load(ctx context.Context, p int) ([]byte, head, uint64, error) {
 	v, rev, err := s.get(ctx, headKey(p))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -290,10 +301,10 @@ func (s *store) load(ctx context.Context, p int) ([]byte, head, uint64, error) {
 	snap := h.inline
 	if h.gen != "" {
 		if snap, err = s.readBlob(ctx, p, h.blob); err != nil {
-			return nil, head{}, 0, err
+			return nil, h, rev, err
 		}
 	} else if uint64(len(snap)) != h.size || crc32.Checksum(snap, castagnoli) != h.crc {
-		return nil, head{}, 0, fmt.Errorf("%w: partition %d: snapshot size or checksum mismatch", ErrCorruptCheckpoint, p)
+		return nil, h, rev, fmt.Errorf("%w: partition %d: snapshot size or checksum mismatch", ErrCorruptCheckpoint, p)
 	}
 	if len(snap) == 0 {
 		snap = nil
@@ -324,10 +335,14 @@ func (s *store) readBlob(ctx context.Context, p int, b blob) ([]byte, error) {
 	v := make([]byte, 0, b.size)
 	for i := 0; i < int(b.chunks); i++ {
 		c, _, err := s.get(ctx, chunkKey(p, b.gen, i))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			// A newer head replaced the one naming it and purged it: the
+			// caller reads the head again. (Unless the head it read is
+			// still the latest: then the checkpoint is damaged.)
+			return nil, fmt.Errorf("%w: %w: chunk %d of %s: %w", ErrFenced, errChunkMissing, i, b.gen, err)
+		}
 		if err != nil {
-			// A missing chunk means a newer head replaced the one naming
-			// it and purged it: the caller reads the head again.
-			return nil, fmt.Errorf("%w: chunk %d of %s: %w", ErrFenced, i, b.gen, err)
+			return nil, fmt.Errorf("read checkpoint chunk %d of %s: %w", i, b.gen, err)
 		}
 		v = append(v, c...)
 	}

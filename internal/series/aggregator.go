@@ -260,6 +260,19 @@ func New(cfg Config) (*Aggregator, error) {
 	}, nil
 }
 
+// NewAt returns an empty Aggregator at log position pos: it ignores the
+// entries at or below pos as redeliveries. It stands in for a checkpoint at
+// pos that can no longer be read (damaged): the series and singletons it
+// held are not tracked any more.
+func NewAt(cfg Config, pos uint64) (*Aggregator, error) {
+	a, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.pos, a.unckpt = pos, pos+1
+	return a, nil
+}
+
 // recentShare: the ring of recent encodings takes 1/recentShare of the
 // memory budget.
 const recentShare = 8

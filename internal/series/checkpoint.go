@@ -197,6 +197,12 @@ func appendPackedDeltas(b []byte, num protowire.Number, vs []uint64) []byte {
 	return protowire.AppendBytes(b, p)
 }
 
+// ErrSegmentLost, returned by RestoreCheckpoint's segment reader, says a
+// segment can no longer be read (its checkpoint was damaged): the
+// singletons it held are restored as not seen, and their next occurrences
+// are new events instead of starting a series.
+var ErrSegmentLost = errors.New("series checkpoint segment lost")
+
 // RestoreCheckpoint rebuilds an aggregator from a Checkpoint's head (or a
 // Snapshot), reading the segments it names with segment. A head written by
 // an earlier version (1 or 2) is restored too. cfg should be the config the
@@ -228,6 +234,9 @@ func RestoreCheckpoint(cfg Config, head []byte, segment func(id uint64) ([]byte,
 			return nil, corrupt("segment 0")
 		}
 		b, err := segment(id)
+		if errors.Is(err, ErrSegmentLost) {
+			continue // its singletons are not tracked any more
+		}
 		if err != nil {
 			return nil, fmt.Errorf("series checkpoint segment %d: %w", id, err)
 		}

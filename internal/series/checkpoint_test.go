@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 )
 
@@ -135,6 +137,86 @@ func TestRestoreCheckpointErrors(t *testing.T) {
 	ocp, _ := other.Checkpoint()
 	if _, err := RestoreCheckpoint(Config{}, cp.Head, func(uint64) ([]byte, error) { return ocp.Segment.Data, nil }); !errors.Is(err, ErrCorruptSnapshot) {
 		t.Errorf("restore with another segment: %v", err)
+	}
+}
+
+// TestRestoreCheckpointWithoutALostSegment: a segment reader that says
+// ErrSegmentLost restores the checkpoint without that segment's
+// singletons (their next occurrence is a new singleton), keeps the others
+// and the series, and the next checkpoint no longer names the lost
+// segment. NewAt is an empty aggregator that ignores what is at or below
+// its position.
+func TestRestoreCheckpointWithoutALostSegment(t *testing.T) {
+	a := mustNew(t, Config{})
+	l := newLog()
+	pod := func(name, uid string) *eventgatev1.Event {
+		return mkEvent(uid, func(ev *eventgatev1.Event) { ev.Regarding.Name = name })
+	}
+	var log []logEntry
+	observe := func(a *Aggregator, name, uid string) Decision {
+		t.Helper()
+		at, pos := l.next(time.Millisecond)
+		ev := pod(name, uid)
+		log = append(log, logEntry{pos: pos, ev: proto.Clone(ev).(*eventgatev1.Event)})
+		return must(a.Observe(ev, at, pos))
+	}
+	observe(a, "lost", "u1")
+	observe(a, "series", "u2")
+	observe(a, "series", "u3")
+	cp1, err := a.Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	observe(a, "kept", "u4")
+	cp2, err := a.Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := RestoreCheckpoint(Config{}, cp2.Head, func(id uint64) ([]byte, error) {
+		switch id {
+		case cp1.Segment.ID:
+			return nil, ErrSegmentLost
+		case cp2.Segment.ID:
+			return cp2.Segment.Data, nil
+		}
+		return nil, fmt.Errorf("segment %d", id)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetReader(func(pos uint64) ([]byte, error) { return readerOf(log)(pos) })
+	if s := r.Stats(); s.Keys != 2 || s.Series != 1 {
+		t.Fatalf("restored %d keys, %d series; want 2 (the series and the kept singleton), 1", s.Keys, s.Series)
+	}
+	if d := observe(r, "lost", "u5"); d.Outcome != Created {
+		t.Fatalf("the lost singleton's key again: %v, want a new singleton", d.Outcome)
+	}
+	if d := observe(r, "kept", "u6"); d.Outcome != SeriesStarted {
+		t.Fatalf("the kept singleton's key again: %v, want its series started", d.Outcome)
+	}
+	if d := observe(r, "series", "u7"); d.Outcome != Counted {
+		t.Fatalf("the series' key again: %v, want it counted", d.Outcome)
+	}
+	cp3, err := r.Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range cp3.Live {
+		if id == cp1.Segment.ID {
+			t.Fatalf("live segments %v name the lost segment %d", cp3.Live, id)
+		}
+	}
+
+	e, err := NewAt(Config{}, r.Position())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, _ := l.next(time.Millisecond)
+	if d := must(e.Observe(pod("series", "u8"), at, r.Position())); d.Outcome != Duplicate {
+		t.Fatalf("an entry at NewAt's position: %v, want a redelivery ignored", d.Outcome)
+	}
+	if d := observe(e, "series", "u9"); d.Outcome != Created || e.Stats().Keys != 1 {
+		t.Fatalf("past NewAt's position: %v with %d keys, want a new singleton", d.Outcome, e.Stats().Keys)
 	}
 }
 
