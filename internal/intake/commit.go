@@ -172,6 +172,7 @@ func (c *committer) message(batch []*pendingEntry) *nats.Msg {
 // (the calls were started before), then ends once nothing is in flight; a
 // later submit starts another.
 func (c *committer) acknowledge() {
+	var acks ackWaiter
 	for {
 		var f flight
 		select {
@@ -186,7 +187,7 @@ func (c *committer) acknowledge() {
 			c.mu.Unlock()
 			f = <-c.acks
 		}
-		ack, err := awaitAck(f.fut, nil)
+		ack, err := acks.await(f.fut, nil)
 		for _, p := range f.entries {
 			p.settle(ack, err)
 		}

@@ -680,8 +680,12 @@ func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, 
 	}
 	logged := time.Now()
 	in.m.stage.WithLabelValues("log").Observe(logged.Sub(start).Seconds())
-	t := time.NewTimer(in.cfg.DecisionTimeout)
-	defer t.Stop()
+	t := decisionTimers.Get().(*time.Timer)
+	t.Reset(in.cfg.DecisionTimeout)
+	defer func() {
+		t.Stop() // and no stale tick left in the channel (Go 1.23 timers)
+		decisionTimers.Put(t)
+	}()
 	select {
 	case <-c.done:
 		in.m.stage.WithLabelValues("decide").Observe(time.Since(logged).Seconds())
@@ -705,6 +709,14 @@ func (in *Intake) await(ctx context.Context, c *call, evs []*eventgatev1.Event, 
 	}
 	return out, nil
 }
+
+// decisionTimers are stopped timers for Submits waiting for decisions: one
+// per call was an allocation of every Emit.
+var decisionTimers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // recentCreatedSize is how many stored occurrences with a message id a
 // replica remembers for retries (about 2.5 MB).

@@ -128,6 +128,7 @@ func (p *pipeline) run() {
 			flush(r)
 		}
 	}
+	var acks ackWaiter
 	for {
 		var it item
 		var ok bool
@@ -149,7 +150,7 @@ func (p *pipeline) run() {
 			// Decisions gathered so far go out before waiting: under a
 			// steady load the queue is seldom empty, and a decision must
 			// not wait for later writes.
-			ack, err := awaitAck(it.fut, flushAll)
+			ack, err := acks.await(it.fut, flushAll)
 			p.settle(err)
 			if p.written != nil && err == nil {
 				p.written.Observe(time.Since(it.at).Seconds())
@@ -172,9 +173,13 @@ func (p *pipeline) run() {
 	}
 }
 
-// awaitAck waits, at most futureTimeout, for fut's acknowledgement; idle,
+// ackWaiter waits for acknowledgements one after the other (one
+// goroutine), with one timer for all of them.
+type ackWaiter struct{ t *time.Timer }
+
+// await waits, at most futureTimeout, for fut's acknowledgement; idle,
 // when not nil, runs first if it has not come yet.
-func awaitAck(fut jetstream.PubAckFuture, idle func()) (*jetstream.PubAck, error) {
+func (w *ackWaiter) await(fut jetstream.PubAckFuture, idle func()) (*jetstream.PubAck, error) {
 	select {
 	case ack := <-fut.Ok():
 		return ack, nil
@@ -185,14 +190,19 @@ func awaitAck(fut jetstream.PubAckFuture, idle func()) (*jetstream.PubAck, error
 	if idle != nil {
 		idle()
 	}
-	t := time.NewTimer(futureTimeout)
-	defer t.Stop()
+	// Reset and Stop leave no stale tick in the channel (Go 1.23 timers).
+	if w.t == nil {
+		w.t = time.NewTimer(futureTimeout)
+	} else {
+		w.t.Reset(futureTimeout)
+	}
+	defer w.t.Stop()
 	select {
 	case ack := <-fut.Ok():
 		return ack, nil
 	case err := <-fut.Err():
 		return nil, err
-	case <-t.C:
+	case <-w.t.C:
 		return nil, fmt.Errorf("no acknowledgement within %v: %w", futureTimeout, context.DeadlineExceeded)
 	}
 }
