@@ -507,3 +507,27 @@ func waitFlushedCount(t *testing.T, js jetstream.JetStream, uid string, n int32)
 		t.Errorf("minutes add up to %d, want %d", got, n)
 	}
 }
+
+// waitCheckpointsCoverLog waits until the checkpoint of every partition
+// with entries covers its last one: a replica that restores them then
+// holds the partitions' state, not only the log after it.
+func waitCheckpointsCoverLog(t *testing.T, r *replica, cfg Config) {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := r.js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range cfg.Partitions {
+		last, err := stream.GetLastMsgForSubject(ctx, cfg.subject(p))
+		if err == jetstream.ErrMsgNotFound {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, "a checkpoint of partition covering its entries", func() bool {
+			return headOf(t, r, p).logSeq >= last.Sequence
+		})
+	}
+}

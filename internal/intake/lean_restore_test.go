@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/series"
 )
@@ -45,22 +43,7 @@ func TestKilledOwnerSingletonsContinueFromLeanCheckpoint(t *testing.T) {
 
 	// Every partition's checkpoint covers its last entry: what b restores
 	// holds the singletons, not only the log after it.
-	stream, err := a.js.Stream(ctx, cfg.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := range cfg.Partitions {
-		last, err := stream.GetLastMsgForSubject(ctx, cfg.subject(p))
-		if err == jetstream.ErrMsgNotFound {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 20*time.Second, "a checkpoint of partition covering its entries", func() bool {
-			return headOf(t, a, p).logSeq >= last.Sequence
-		})
-	}
+	waitCheckpointsCoverLog(t, a, cfg)
 	a.kill()
 
 	b := startReplica(t, ns, "", "b", cfg)

@@ -44,22 +44,7 @@ func TestADamagedCheckpointIsTakenOverWithWhatItStillHolds(t *testing.T) {
 			}
 		}
 	}
-	stream, err := a.js.Stream(ctx, cfg.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := range cfg.Partitions {
-		last, err := stream.GetLastMsgForSubject(ctx, cfg.subject(p))
-		if err == jetstream.ErrMsgNotFound {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 20*time.Second, "a checkpoint of partition covering its entries", func() bool {
-			return headOf(t, a, p).logSeq >= last.Sequence
-		})
-	}
+	waitCheckpointsCoverLog(t, a, cfg)
 	a.kill()
 
 	// The damage: every checkpoint chunk purged from the bucket.

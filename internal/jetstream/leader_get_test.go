@@ -13,15 +13,23 @@ import (
 	"github.com/eventgate/eventgate/internal/natstest"
 )
 
+// serverJetStream starts a JetStream server for the test and returns a
+// context bounding it and a JetStream client of the server.
+func serverJetStream(t *testing.T) (context.Context, jetstream.JetStream) {
+	t.Helper()
+	s := natstest.StartServer(t)
+	nc, js := natstest.Connect(t, s.ClientURL())
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx, js
+}
+
 // LeaderGet selects a message by sequence, as the first on a subject at
 // or after a sequence, or as the last on a subject, with its subject,
 // headers and data; nothing selected is ErrMsgNotFound.
 func TestLeaderGetSelectsBySequenceAndSubject(t *testing.T) {
-	s := natstest.StartServer(t)
-	nc, js := natstest.Connect(t, s.ClientURL())
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx, js := serverJetStream(t)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LG", Subjects: []string{"lg.>"}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -65,11 +73,7 @@ func TestLeaderGetSelectsBySequenceAndSubject(t *testing.T) {
 // LeaderKVGet returns a key's value and revision, and ErrKeyNotFound for
 // a key never written, deleted or purged.
 func TestLeaderKVGetSeesDeletesAndPurges(t *testing.T) {
-	s := natstest.StartServer(t)
-	nc, js := natstest.Connect(t, s.ClientURL())
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx, js := serverJetStream(t)
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "lgkv"})
 	if err != nil {
 		t.Fatal(err)
