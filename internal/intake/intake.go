@@ -756,7 +756,9 @@ func (in *Intake) duplicate(ctx context.Context, c *call, ev *eventgatev1.Event,
 		r.ResourceVersion = rv
 		return r
 	}
-	m, err := in.events.GetLastMsgForSubject(ctx, event.SubjectOf(ev))
+	// From the leader: a replica that lags would not have it yet, or
+	// would answer with an older event on the subject.
+	m, err := ejs.LeaderGet(ctx, in.js, in.cfg.EventsStream, ejs.MsgQuery{LastBySubject: event.SubjectOf(ev)})
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrMsgNotFound) {
 			in.log.Debug("duplicate: read its stored version", "uid", ev.GetUid(), "err", err)
