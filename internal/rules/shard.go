@@ -19,6 +19,7 @@ import (
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/query"
 	"github.com/eventgate/eventgate/internal/rules/rule"
 )
@@ -81,7 +82,10 @@ func stateKey(shard int) string { return fmt.Sprintf("shard.%d", shard) }
 // off any previous owner's later checkpoints.
 func (e *Engine) restore(ctx context.Context, n int, log *slog.Logger) (*shard, error) {
 	sh := &shard{e: e, n: n, log: log, fresh: map[string]bool{}}
-	ent, err := e.states.Get(ctx, stateKey(n))
+	// From the bucket's leader: a replica that lags would answer with a
+	// checkpoint older than the last, whose claim then fails until it
+	// catches up.
+	v, rev, err := ejs.LeaderKVGet(ctx, e.js, e.cfg.StateBucket, stateKey(n))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		info, err := e.events.Info(ctx)
@@ -92,11 +96,10 @@ func (e *Engine) restore(ctx context.Context, n int, log *slog.Logger) (*shard, 
 	case err != nil:
 		return nil, fmt.Errorf("read checkpoint: %w", err)
 	default:
-		if err := decodeCheckpoint(ent.Value(), &sh.state); err != nil {
+		if err := decodeCheckpoint(v, &sh.state); err != nil {
 			return nil, fmt.Errorf("decode checkpoint: %w", err)
 		}
-
-		sh.rev = ent.Revision()
+		sh.rev = rev
 	}
 	if err := sh.checkpoint(ctx); err != nil {
 		return nil, fmt.Errorf("claim checkpoint: %w", err)
