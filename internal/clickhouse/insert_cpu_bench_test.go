@@ -2,6 +2,9 @@ package clickhouse
 
 import (
 	"context"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,12 +16,14 @@ import (
 // BenchmarkInsertCPU measures what the ingest's inserts cost the process
 // (the embedded engine's threads and the Go side together: getrusage) per
 // 1,000 rows, paced as the ingest inserts at the bench's latency rate: a
-// batch of insertCPUBatch rows every DefaultBatchWait, for
+// batch of insertCPUBatch rows (EVENTGATE_BENCH_INSERT_ROWS: another
+// size) every DefaultBatchWait, for
 // EVENTGATE_BENCH_SECONDS (default 20), merges included as they happen.
 // Each sub-benchmark starts on a fresh database and drops one part of the
 // schema first, so that the difference with "as-is" is that part's share:
 // the materialized views (analytics and rollup marks) and the skip indexes
-// of the events table. -benchtime 1x.
+// of the events table. merge-ms/1k-rows is the engine's merge threads'
+// part. -benchtime 1x.
 //
 //	go test -run '^$' -bench BenchmarkInsertCPU -benchtime 1x ./internal/clickhouse/
 func BenchmarkInsertCPU(b *testing.B) {
@@ -57,8 +62,9 @@ func BenchmarkInsertCPU(b *testing.B) {
 				}
 			}
 			seconds := benchCount("EVENTGATE_BENCH_SECONDS", 20)
+			batch := benchCount("EVENTGATE_BENCH_INSERT_ROWS", insertCPUBatch)
 			per := int(time.Second / DefaultBatchWait)
-			rows := make([]Row, seconds*per*insertCPUBatch)
+			rows := make([]Row, seconds*per*batch)
 			now := time.Now()
 			for i := range rows {
 				ev := chtest.RealisticEvent(i, 1000, now)
@@ -71,16 +77,23 @@ func BenchmarkInsertCPU(b *testing.B) {
 			}
 			b.ResetTimer()
 			for range b.N {
-				cpu0 := processCPU()
+				cpu0, merge0 := processCPU(), mergeCPU()
 				next := time.Now()
-				for start := 0; start < len(rows); start += insertCPUBatch {
+				for start := 0; start < len(rows); start += batch {
 					time.Sleep(time.Until(next))
 					next = next.Add(DefaultBatchWait)
-					if err := s.Insert(ctx, rows[start:start+insertCPUBatch]); err != nil {
+					if err := s.Insert(ctx, rows[start:start+batch]); err != nil {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric(float64(processCPU()-cpu0)/1e6/(float64(len(rows))/1000), "cpu-ms/1k-rows")
+				k := float64(len(rows)) / 1000
+				cpu, merge := processCPU()-cpu0, mergeCPU()-merge0
+				b.ReportMetric(float64(cpu)/1e6/k, "cpu-ms/1k-rows")
+				// The engine's merges run on threads of their own; the
+				// statements on the calling (Go) thread and the engine's
+				// query pools.
+				b.ReportMetric(float64(merge)/1e6/k, "merge-ms/1k-rows")
+				b.ReportMetric(float64(cpu-merge)/1e6/k, "other-ms/1k-rows")
 			}
 		})
 	}
@@ -89,6 +102,33 @@ func BenchmarkInsertCPU(b *testing.B) {
 // insertCPUBatch is what the ingest inserts every DefaultBatchWait at the
 // full-scale bench's latency rate (9,200 events/s).
 const insertCPUBatch = 4600
+
+// mergeCPU is the CPU time the engine's merge threads (MergeMutate) have
+// used so far, from /proc (a thread that ended meanwhile is not counted).
+func mergeCPU() time.Duration {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0
+	}
+	var ticks int64
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || !strings.HasPrefix(s[open+1:end], "MergeMutate") {
+			continue
+		}
+		if f := strings.Fields(s[end+1:]); len(f) >= 13 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			sy, _ := strconv.ParseInt(f[12], 10, 64)
+			ticks += u + sy
+		}
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
 
 // processCPU is the process's user and system CPU time so far, every
 // thread.
