@@ -582,8 +582,9 @@ func (a *Aggregator) runTimers(t int64, ws []Write) []Write {
 // after series keep started: while the tracked keys exceed MaxBytes (or
 // MaxActive), the least recently observed series other than keep is
 // finished with its exact count if the series hold more than seriesRoom,
-// else the oldest singleton of the tenant that
-// tracks the most is forgotten (it is stored; nothing is lost), or, when
+// else a singleton is forgotten (singles.evictable: the oldest, or the
+// oldest of a tenant that tracks far more; it is stored, nothing is
+// lost), or, when
 // there is none, the least recently observed series.
 //
 // Without the share, series that stopped recurring (a storm over, not yet

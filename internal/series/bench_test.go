@@ -33,8 +33,8 @@ func benchEvents(n int) []*eventgatev1.Event {
 //   - new-keys: every occurrence a key that is not tracked (a singleton
 //     written as Created), at the cap, so each one evicts the oldest.
 //   - new-keys-1000-tenants: the same, the keys spread over 1,000 tenants
-//     in turn (as the full-scale bench's workload), so each eviction takes
-//     the oldest of the tenant that tracks the most.
+//     in turn (as the full-scale bench's workload): the tenants track
+//     about as many each, so each eviction takes the oldest singleton.
 func BenchmarkObserve(b *testing.B) {
 	for _, bc := range []struct {
 		name   string

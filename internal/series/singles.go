@@ -313,15 +313,23 @@ func (s *singles) remove(h hash128) {
 	s.largest.fix(t)
 }
 
-// evictable is the singleton the budget gives up first: the oldest of the
-// tenant that tracks the most (ties: the lowest tenant id), so that one
-// tenant's flood of distinct events forgets its own singletons, not the
-// other tenants'. With one tenant it is the oldest singleton.
+// evictable is the singleton the budget gives up first: the oldest one,
+// unless its tenant tracks less than half as many as the tenant that
+// tracks the most, which then gives up its own oldest. So one tenant's
+// flood of distinct events forgets its own singletons, not the other
+// tenants'; and among tenants that track about as many, the oldest goes
+// first. Before, the tenant that tracked the most always gave up its own:
+// with many tenants tracking a few each, a storm of a few more keys than
+// that made its tenant the largest, and each new key pushed out the storm
+// key that recurred next, so the storm was never folded.
 func (s *singles) evictable() (ringRec, bool) {
 	if len(s.largest) == 0 {
 		return ringRec{}, false
 	}
 	t := s.largest[0].t
+	if r, ok := s.oldest(); ok && 2*s.tenants[r.tenant].live >= t.live {
+		return r, true
+	}
 	for len(t.idxs) > 0 {
 		i := t.idxs[0]
 		if i >= s.headIdx {

@@ -244,8 +244,9 @@ func TestRecentRingKeepsTheLastEncodings(t *testing.T) {
 	}
 }
 
-// TestFloodingTenantForgetsOnlyItsOwnSingletons: at the memory budget, the
-// tenant that tracks the most singletons gives up its own oldest ones: a
+// TestFloodingTenantForgetsOnlyItsOwnSingletons: at the memory budget, a
+// tenant that tracks far more singletons than the others gives up its own
+// oldest ones: a
 // tenant flooding distinct events does not make another tenant's repeats
 // new singletons.
 func TestFloodingTenantForgetsOnlyItsOwnSingletons(t *testing.T) {
@@ -346,6 +347,57 @@ func TestSinglesIndexAgreesWithAMap(t *testing.T) {
 		if _, tracked := want[h]; !tracked {
 			if v, ok := s.get(h); ok {
 				t.Fatalf("forgotten %x still found at %d", h, v.pos)
+			}
+		}
+	}
+}
+
+// TestAStormAmongManyTenantsAtTheBudgetIsFolded: at the memory budget,
+// with many tenants tracking a few singletons each, a new storm of a few
+// more keys than that, recurring round robin, is folded: its tenant does
+// not give up the key that recurs next while older singletons of tenants
+// that track about as many are there. Before, its tenant tracked the most
+// as soon as its keys outnumbered the others', and each new key pushed
+// out the oldest of its own, the next to recur: every occurrence was
+// stored as new.
+func TestAStormAmongManyTenantsAtTheBudgetIsFolded(t *testing.T) {
+	a := mustNew(t, Config{MaxBytes: 256 << 10})
+	l := newLog()
+	var log []logEntry
+	a.SetReader(func(pos uint64) ([]byte, error) { return readerOf(log)(pos) })
+	observe := func(tenant, uid, pod string) Decision {
+		t.Helper()
+		ev := podEvent(uid, pod)
+		ev.Tenant.Name = tenant
+		at, pos := l.next(time.Millisecond)
+		log = append(log, logEntry{ev: ev, at: at, pos: pos})
+		return must(a.Observe(ev, at, pos))
+	}
+	// 500 tenants, 6 distinct events each: more than the budget holds.
+	for i := range 6 {
+		for n := range 500 {
+			observe(fmt.Sprintf("t%d", n), fmt.Sprintf("t%d-%d", n, i), fmt.Sprintf("pod-%d", i))
+		}
+	}
+	s0 := a.Stats()
+	if s0.EvictedSingletons == 0 {
+		t.Fatalf("Stats = %+v: the tenants should have filled the budget", s0)
+	}
+	perTenant := s0.Keys / 500
+	// A storm of twice as many keys as a tenant tracks, round robin.
+	keys := 2 * max(perTenant, 4)
+	for round := range 20 {
+		for k := range keys {
+			d := observe("storm", fmt.Sprintf("s%d-%d", k, round), fmt.Sprintf("crashloop-%d", k))
+			want := Counted
+			switch round {
+			case 0:
+				want = Created
+			case 1:
+				want = SeriesStarted
+			}
+			if d.Outcome != want {
+				t.Fatalf("round %d, storm key %d of %d (tenants track %d each): %v, want %v", round, k, keys, perTenant, d.Outcome, want)
 			}
 		}
 	}
