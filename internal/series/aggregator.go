@@ -583,8 +583,8 @@ func (a *Aggregator) runTimers(t int64, ws []Write) []Write {
 // MaxActive), the least recently observed series other than keep is
 // finished with its exact count if the series hold more than seriesRoom,
 // else a singleton is forgotten (singles.evictable: the oldest, or the
-// oldest of a tenant that tracks far more; it is stored, nothing is
-// lost), or, when
+// oldest of a tenant that tracks far more than the others; it is stored,
+// nothing is lost), or, when
 // there is none, the least recently observed series.
 //
 // Without the share, series that stopped recurring (a storm over, not yet

@@ -314,21 +314,24 @@ func (s *singles) remove(h hash128) {
 }
 
 // evictable is the singleton the budget gives up first: the oldest one,
-// unless its tenant tracks less than half as many as the tenant that
-// tracks the most, which then gives up its own oldest. So one tenant's
-// flood of distinct events forgets its own singletons, not the other
-// tenants'; and among tenants that track about as many, the oldest goes
-// first. Before, the tenant that tracked the most always gave up its own:
-// with many tenants tracking a few each, a storm of a few more keys than
-// that made its tenant the largest, and each new key pushed out the storm
-// key that recurred next, so the storm was never folded.
+// unless the tenant that tracks the most (ties: the lowest tenant id)
+// floods: it tracks more than an eighth of the singletons and more than
+// twice as many as the other tenants do on average; then its own oldest.
+// So one tenant's flood of distinct events forgets its own singletons, not
+// the other tenants' (once it holds an eighth), and a storm of a few keys
+// more than the other tenants track is folded: the oldest go first. Before, the tenant that tracked the most
+// always gave up its own: with many tenants tracking a few each, a storm
+// of a few more keys than that made its tenant the largest, and each new
+// key pushed out the storm key that recurred next, so the storm was never
+// folded.
 func (s *singles) evictable() (ringRec, bool) {
 	if len(s.largest) == 0 {
 		return ringRec{}, false
 	}
 	t := s.largest[0].t
-	if r, ok := s.oldest(); ok && 2*s.tenants[r.tenant].live >= t.live {
-		return r, true
+	live, others := s.live(), len(s.tenants)-1
+	if others == 0 || t.live*others <= 2*(live-t.live) || 8*t.live <= live {
+		return s.oldest()
 	}
 	for len(t.idxs) > 0 {
 		i := t.idxs[0]

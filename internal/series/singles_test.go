@@ -245,8 +245,8 @@ func TestRecentRingKeepsTheLastEncodings(t *testing.T) {
 }
 
 // TestFloodingTenantForgetsOnlyItsOwnSingletons: at the memory budget, a
-// tenant that tracks far more singletons than the others gives up its own
-// oldest ones: a
+// tenant that tracks more than an eighth of the singletons and more than
+// twice as many as the others on average gives up its own oldest ones: a
 // tenant flooding distinct events does not make another tenant's repeats
 // new singletons.
 func TestFloodingTenantForgetsOnlyItsOwnSingletons(t *testing.T) {
@@ -354,9 +354,9 @@ func TestSinglesIndexAgreesWithAMap(t *testing.T) {
 
 // TestAStormAmongManyTenantsAtTheBudgetIsFolded: at the memory budget,
 // with many tenants tracking a few singletons each, a new storm of a few
-// more keys than that, recurring round robin, is folded: its tenant does
-// not give up the key that recurs next while older singletons of tenants
-// that track about as many are there. Before, its tenant tracked the most
+// more keys than that, or of ten times as many, recurring round robin, is
+// folded: its tenant does not give up the key that recurs next while
+// older singletons of other tenants are there. Before, its tenant tracked the most
 // as soon as its keys outnumbered the others', and each new key pushed
 // out the oldest of its own, the next to recur: every occurrence was
 // stored as new.
@@ -384,20 +384,25 @@ func TestAStormAmongManyTenantsAtTheBudgetIsFolded(t *testing.T) {
 		t.Fatalf("Stats = %+v: the tenants should have filled the budget", s0)
 	}
 	perTenant := s0.Keys / 500
-	// A storm of twice as many keys as a tenant tracks, round robin.
-	keys := 2 * max(perTenant, 4)
-	for round := range 20 {
-		for k := range keys {
-			d := observe("storm", fmt.Sprintf("s%d-%d", k, round), fmt.Sprintf("crashloop-%d", k))
-			want := Counted
-			switch round {
-			case 0:
-				want = Created
-			case 1:
-				want = SeriesStarted
-			}
-			if d.Outcome != want {
-				t.Fatalf("round %d, storm key %d of %d (tenants track %d each): %v, want %v", round, k, keys, perTenant, d.Outcome, want)
+	// Storms of a few more keys than a tenant tracks, and of ten times as
+	// many, round robin.
+	for _, storm := range []struct {
+		tenant string
+		keys   int
+	}{{"storm", perTenant + 3}, {"storm-10x", 10 * perTenant}} {
+		for round := range 20 {
+			for k := range storm.keys {
+				d := observe(storm.tenant, fmt.Sprintf("%s-%d-%d", storm.tenant, k, round), fmt.Sprintf("crashloop-%d", k))
+				want := Counted
+				switch round {
+				case 0:
+					want = Created
+				case 1:
+					want = SeriesStarted
+				}
+				if d.Outcome != want {
+					t.Fatalf("%s: round %d, key %d of %d (tenants track %d each): %v, want %v", storm.tenant, round, k, storm.keys, perTenant, d.Outcome, want)
+				}
 			}
 		}
 	}
