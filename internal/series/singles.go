@@ -319,11 +319,11 @@ func (s *singles) remove(h hash128) {
 // twice as many as the other tenants do on average; then its own oldest.
 // So one tenant's flood of distinct events forgets its own singletons, not
 // the other tenants' (once it holds an eighth), and a storm of a few keys
-// more than the other tenants track is folded: the oldest go first. Before, the tenant that tracked the most
-// always gave up its own: with many tenants tracking a few each, a storm
-// of a few more keys than that made its tenant the largest, and each new
-// key pushed out the storm key that recurred next, so the storm was never
-// folded.
+// more than the other tenants track is folded: the oldest go first.
+// Before, the tenant that tracked the most always gave up its own: with
+// many tenants tracking a few each, a storm of a few more keys than that
+// made its tenant the largest, and each new key pushed out the storm key
+// that recurred next, so the storm was never folded.
 func (s *singles) evictable() (ringRec, bool) {
 	if len(s.largest) == 0 {
 		return ringRec{}, false
