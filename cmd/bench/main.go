@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string) error {
 	lib := fs.String("chdb-lib", os.Getenv("EVENTGATE_CHDB_LIB"), "libchdb.so (default: the cache scripts/fetch-chdb.sh fills)")
 	only := fs.String("only", "", "comma-separated sections to run besides the baselines: query, emit, latency, rules, storm, noisy (default all)")
 	commit := fs.String("commit", "", "commit measured (default: git rev-parse HEAD, +dirty when the tree has changes)")
-	rulesWindows := fs.Int("rules-windows", 0, "the rules section's windows with rules and with the control together (each between two without rules); 0: four per run of the scale (12)")
+	rulesWindows := fs.Int("rules-windows", 0, "the rules section's windows with rules and with the control together (each between two without rules); 0: eight per run of the scale (24)")
 	latRate := fs.Int("latency-rate", 0, "offer this many events/s in the latency phase instead of half the measured EmitStream rate, and skip the throughput phase unless emit is selected")
 	profile := fs.Bool("profile", false, "sample the gateway's CPU with perf during the emit and latency phases (work-dir/perf.data.*.txt), with pprof during the first rules runs (work-dir/cpu.*.pb.gz)")
 	if err := fs.Parse(args); err != nil {

@@ -121,7 +121,7 @@ func (r *notifyReceiver) stop() {
 // the next with nothing changed, and it drifts up over the section as the
 // store grows (the engine's merges), by several times on a fresh store:
 // far more than the 10% the section is to resolve. So the windows with rules
-// and with the control (in turn, twice as many of each as a figure has
+// and with the control (in turn, four times as many of each as a figure has
 // runs) each sit between two windows without rules, which a linear drift
 // moves as much as the window between them: each is compared with the
 // mean of its two neighbours, and the figure is the median of those
@@ -236,8 +236,11 @@ func (r *runner) rules(ctx context.Context, g *Gateway, rate int) {
 		return run("spinner", i)
 	}
 	// base[j] is the j-th window without rules; treated[j] the window
-	// after it, rules on even j and the control on odd.
-	n := 4 * sc.Runs
+	// after it, rules on even j and the control on odd. Twelve of each at
+	// full scale: with six, the median of the rules' windows moved
+	// between 1.1 and 1.8 from one full run to the next while longer runs
+	// of the same build gave 1.0–1.1 (sessions 26 and 32).
+	n := 8 * sc.Runs
 	if r.cfg.RulesWindows > 0 {
 		n = r.cfg.RulesWindows
 	}

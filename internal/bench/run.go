@@ -69,7 +69,7 @@ type Config struct {
 	// without the throughput phase unless emit is selected.
 	LatencyRate int
 	// RulesWindows, when above 0, is the number of the rules section's
-	// windows with rules and with the control together (else 4 × Runs):
+	// windows with rules and with the control together (else 8 × Runs):
 	// more resolve a smaller effect of the rules, in proportion to the
 	// square root of their number.
 	RulesWindows int
