@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -48,6 +49,7 @@ func setupDashboardBench(b *testing.B) { dbench.setup(b) }
 
 func (d *dashStore) setup(b *testing.B) {
 	d.once.Do(func() {
+		var err error
 		ctx := context.Background()
 		n := benchEvents()
 		cfg := DefaultConfig()
@@ -56,6 +58,13 @@ func (d *dashStore) setup(b *testing.B) {
 			cfg.Database = fmt.Sprintf("dashboard_busy_bench_%d_%d", n, d.busy)
 		}
 		cfg.RollupInterval = 0
+		// As the gateway's: the slow reads logged with -v.
+		if v := os.Getenv("EVENTGATE_CLICKHOUSE_SLOW_READ"); v != "" {
+			if cfg.SlowRead, err = time.ParseDuration(v); err != nil {
+				d.err = fmt.Errorf("EVENTGATE_CLICKHOUSE_SLOW_READ: %w", err)
+				return
+			}
+		}
 		s, err := OpenEngine(ctx, chtest.Engine(b), cfg, chtest.Logger(b))
 		if err != nil {
 			d.err = err
