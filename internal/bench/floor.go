@@ -80,6 +80,11 @@ type FloorLatency struct {
 	// Watch, per event, in ms: from its publish until the watch feed
 	// decoded it.
 	Watch []float64 `json:"watch"`
+	// Queryable, per batch, in ms: from its publish until the engine's
+	// insert of its last event returned (the ingest inserts in stream
+	// order, so every earlier event is in the engine then too); what an
+	// emit→queryable waits for at least.
+	Queryable []float64 `json:"queryable"`
 	// Batches published: one a Tick while the machine keeps up, fewer and
 	// larger when ticks are missed.
 	Batches int `json:"batches"`
@@ -103,7 +108,7 @@ func PipelineFloorPaced(ctx context.Context, dir, lib string, rate int, d time.D
 	if err != nil {
 		return nil, err
 	}
-	return &FloorLatency{Rate: rate, Ack: run.ack, Watch: run.watch, Batches: run.batches,
+	return &FloorLatency{Rate: rate, Ack: run.ack, Watch: run.watch, Queryable: run.queryable, Batches: run.batches,
 		CPUPer1000: run.cpu.Seconds() * 1000 / (float64(total) / 1000)}, nil
 }
 
@@ -117,6 +122,7 @@ const (
 type floorRun struct {
 	Rate                float64
 	ack, watch          []float64
+	queryable           []float64
 	batches             int
 	heapMiB, peakRSSMiB float64       // when the last event reached the engine
 	cpu                 time.Duration // the process's, over the run
@@ -129,6 +135,10 @@ type floorTimes struct {
 	left   []int           // per batch: writes not yet acknowledged
 	acks   []float64
 	watchs []float64
+	// per batch: the latest insert so far, and events not yet inserted
+	stored     []time.Duration
+	storedLeft []int
+	queryable  []float64
 }
 
 func (ft *floorTimes) acked(h nats.Header, now time.Time) {
@@ -147,6 +157,23 @@ func (ft *floorTimes) acked(h nats.Header, now time.Time) {
 	ft.batch[b] = max(ft.batch[b], now.Sub(sent))
 	if ft.left[b]--; ft.left[b] == 0 {
 		ft.acks = append(ft.acks, float64(ft.batch[b])/float64(time.Millisecond))
+	}
+}
+
+// inserted records that the engine holds an event of batch b sent at
+// sent.
+func (ft *floorTimes) inserted(sent time.Time, b int, now time.Time) {
+	if ft == nil || b < 0 {
+		return
+	}
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if b >= len(ft.stored) {
+		return
+	}
+	ft.stored[b] = max(ft.stored[b], now.Sub(sent))
+	if ft.storedLeft[b]--; ft.storedLeft[b] == 0 {
+		ft.queryable = append(ft.queryable, float64(ft.stored[b])/float64(time.Millisecond))
 	}
 }
 
@@ -232,7 +259,8 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 	var times *floorTimes
 	if rate > 0 {
 		n := (total+rate-1)/rate*int(time.Second/Tick) + 1
-		times = &floorTimes{batch: make([]time.Duration, n), left: make([]int, n)}
+		times = &floorTimes{batch: make([]time.Duration, n), left: make([]int, n),
+			stored: make([]time.Duration, n), storedLeft: make([]int, n)}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -262,7 +290,7 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := floorIngest(ctx, events, st, &inserted, total)
+		err := floorIngest(ctx, events, st, &inserted, total, times)
 		if err == nil {
 			close(done)
 		}
@@ -315,7 +343,7 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 		heapMiB: float64(ms.HeapInuse) / (1 << 20), peakRSSMiB: peak, cpu: cpu}
 	if times != nil {
 		times.mu.Lock()
-		run.ack, run.watch = times.acks, times.watchs
+		run.ack, run.watch, run.queryable = times.acks, times.watchs, times.queryable
 		times.mu.Unlock()
 	}
 	return run, nil
@@ -354,7 +382,7 @@ func floorPaced(ctx context.Context, total, rate int, raws [][]byte, times *floo
 				entries[p].Data = protowire.AppendBytes(entries[p].Data, raws[i%len(raws)])
 			}
 			times.mu.Lock()
-			times.left[b] = n
+			times.left[b], times.storedLeft[b] = n, n
 			times.mu.Unlock()
 			for _, m := range entries {
 				if m == nil {
@@ -490,7 +518,7 @@ func floorFeed(ctx context.Context, js jetstream.JetStream, total int, times *fl
 	return nil
 }
 
-func floorIngest(ctx context.Context, events jetstream.Stream, st *clickhouse.Store, inserted *atomic.Int64, total int) error {
+func floorIngest(ctx context.Context, events jetstream.Stream, st *clickhouse.Store, inserted *atomic.Int64, total int, times *floorTimes) error {
 	size, wait := st.Config().BatchSize, st.Config().BatchWait
 	cons, err := events.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable: "floor-ingest", AckPolicy: jetstream.AckAllPolicy, MaxAckPending: 4 * size,
@@ -500,9 +528,14 @@ func floorIngest(ctx context.Context, events jetstream.Stream, st *clickhouse.St
 	}
 	// As the ingest does: one goroutine fetches and decodes the next batch
 	// while another inserts the last one.
+	type stamp struct {
+		sent time.Time
+		b    int
+	}
 	type batch struct {
-		rows []clickhouse.Row
-		last jetstream.Msg
+		rows   []clickhouse.Row
+		stamps []stamp // a paced run's: each row's batch
+		last   jetstream.Msg
 	}
 	batches := make(chan batch, 1)
 	fetchErr := make(chan error, 1)
@@ -523,6 +556,11 @@ func floorIngest(ctx context.Context, events jetstream.Stream, st *clickhouse.St
 				}
 				md, _ := m.Metadata()
 				b.rows = append(b.rows, clickhouse.Row{Seq: md.Sequence.Stream, Subject: m.Subject(), Event: ev, StoredAt: md.Timestamp, Raw: m.Data(), WriteReason: "created"})
+				if times != nil {
+					if sent, n, ok := floorStamp(m.Headers()); ok {
+						b.stamps = append(b.stamps, stamp{sent, n})
+					}
+				}
 				b.last = m
 			}
 			if err := msgs.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
@@ -548,6 +586,10 @@ func floorIngest(ctx context.Context, events jetstream.Stream, st *clickhouse.St
 			return fmt.Errorf("ingest ack: %w", err)
 		}
 		inserted.Add(int64(len(b.rows)))
+		now := time.Now()
+		for _, x := range b.stamps {
+			times.inserted(x.sent, x.b, now)
+		}
 	}
 	select {
 	case err := <-fetchErr:

@@ -22,7 +22,7 @@ func TestPipelineFloorPassesEveryEventThroughEachPart(t *testing.T) {
 }
 
 // A paced run times every batch's acknowledgement and every event's
-// arrival at the watch feed.
+// arrival at the watch feed and in the engine.
 func TestPipelineFloorPacedTimesEveryBatchAndEvent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -39,7 +39,11 @@ func TestPipelineFloorPacedTimesEveryBatchAndEvent(t *testing.T) {
 	if n := len(lat.Ack); n != lat.Batches || n == 0 || n > int(d/Tick)+1 {
 		t.Errorf("%d batches acknowledged of %d published, want all of them, at most %d", n, lat.Batches, int(d/Tick)+1)
 	}
-	for _, xs := range [][]float64{lat.Ack, lat.Watch} {
+	// And every batch is timed until the engine holds it.
+	if n := len(lat.Queryable); n != lat.Batches {
+		t.Errorf("%d batches timed until inserted of %d published, want all of them", n, lat.Batches)
+	}
+	for _, xs := range [][]float64{lat.Ack, lat.Watch, lat.Queryable} {
 		for _, x := range xs {
 			if x <= 0 {
 				t.Fatalf("latency %v ms, want > 0", x)

@@ -633,6 +633,7 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 	defer ws.Stop()
 	var nats50, nats99, sa50, sa99, ua50, ua99, w50, w99, q50, q99, ratio []float64
 	var fa99, fw99, saFloor, uaFloor, wFloor, cpuGo, cpuEngine []float64
+	var fq99, qFloor []float64
 	var busyCores, floorCPU, cpuOfFloor, cpuGC []float64
 	var notes []string
 	for i := 0; i < sc.Runs; i++ {
@@ -708,14 +709,21 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 			if len(l.Watch) > 0 {
 				wFloor = append(wFloor, Percentile(l.Watch, 0.99)/max(w, 0.001))
 			}
+			if len(fl.Queryable) > 0 {
+				fq := Percentile(fl.Queryable, 0.99)
+				fq99 = append(fq99, fq)
+				if len(l.Queryable) > 0 {
+					qFloor = append(qFloor, Percentile(l.Queryable, 0.99)/max(fq, 0.001))
+				}
+			}
 			if fl.CPUPer1000 > 0 {
 				floorCPU = append(floorCPU, fl.CPUPer1000)
 				if gwCPU >= 0 {
 					cpuOfFloor = append(cpuOfFloor, gwCPU/fl.CPUPer1000)
 				}
 			}
-			r.logf("latency run %d floor: ack p50 %.1f p99 %.1f ms, watch p50 %.1f p99 %.1f ms, CPU %.1f ms per 1,000 events", i+1,
-				Percentile(fl.Ack, 0.5), a, Percentile(fl.Watch, 0.5), w, fl.CPUPer1000)
+			r.logf("latency run %d floor: ack p50 %.1f p99 %.1f ms, watch p50 %.1f p99 %.1f ms, inserted p50 %.0f p99 %.0f ms, CPU %.1f ms per 1,000 events", i+1,
+				Percentile(fl.Ack, 0.5), a, Percentile(fl.Watch, 0.5), w, Percentile(fl.Queryable, 0.5), Percentile(fl.Queryable, 0.99), fl.CPUPer1000)
 		}
 		notes = append(notes, fmt.Sprintf("%d/%d", l.Delivered, l.Created))
 		if l.Overflowed > 0 {
@@ -731,6 +739,8 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 	r.rep.Add(SecBaseline, "write path floor: ack p99 at the latency phase's rate", "ms", fa99, nil,
 		fmt.Sprintf("the parts composed (bench.PipelineFloorPaced) offered %s events/s in a batch every %v, logged as one intake entry per partition, in a child process after each latency run: batch publish → every write acknowledged by the events stream", thousands(int64(rate)), Tick))
 	r.rep.Add(SecBaseline, "write path floor: watch p99 at the latency phase's rate", "ms", fw99, nil, "the same runs: publish → decoded by the watch feed")
+	r.rep.Add(SecBaseline, "write path floor: inserted p99 at the latency phase's rate", "ms", fq99, nil,
+		"the same runs: batch publish → the engine's insert of its last event returned (the ingest's batch size and wait, as the gateway's)")
 	r.rep.Add(SecBaseline, "write path floor: CPU per 1,000 events at the latency phase's rate", "ms", floorCPU, nil,
 		"the same runs: the floor process's CPU time (its publisher, embedded server and engine, every thread) from the first publish until the engine held the last event")
 	r.rep.Add(SecLatency, "EmitStream batch ack p50", "ms", sa50, nil, load)
@@ -745,6 +755,7 @@ func (r *runner) latency(ctx context.Context, g *Gateway, rate int) {
 	r.rep.Add(SecLatency, "emit→watch p99 ÷ floor", "ratio", wFloor, nil, "÷ write path floor: watch p99 at the same rate, same run")
 	r.rep.Add(SecLatency, "emit→queryable p50", "ms", q50, nil, fmt.Sprintf("batch send → Query's resourceVersion covers the batch (polled every %v)", QueryablePoll))
 	r.rep.Add(SecLatency, "emit→queryable p99", "ms", q99, Below(1000), "")
+	r.rep.Add(SecLatency, "emit→queryable p99 ÷ floor", "ratio", qFloor, nil, "÷ write path floor: inserted p99 at the same rate, same run")
 	r.rep.Add(SecLatency, "gateway CPU per 1,000 events: Go", "ms", cpuGo, nil,
 		"user + system time of the gateway's Go threads over each run ÷ events offered (the watchers' deliveries included)")
 	r.rep.Add(SecLatency, "gateway CPU per 1,000 events: engine", "ms", cpuEngine, nil,
