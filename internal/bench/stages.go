@@ -25,6 +25,8 @@ var Stages = []struct{ Name, Metric, Label string }{
 	{"decision", "eventgate_intake_stage_seconds", "decide"},
 	{"feed lag", "eventgate_watch_feed_lag_seconds", ""},
 	{"stored→watch send", "eventgate_watch_send_lag_seconds", ""},
+	// On the way to emit→queryable: one insert of a batch into the store.
+	{"store insert", "eventgate_clickhouse_ingest_insert_duration_seconds", ""},
 	// Not stages: a goroutine's wait to run, and the collector's pauses.
 	{"scheduler wait", "eventgate_go_sched_latency_seconds", ""},
 	{"GC pause", "eventgate_go_gc_pause_seconds", ""},

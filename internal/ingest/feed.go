@@ -59,6 +59,12 @@ type Feed struct {
 	// every batch was a tenth of what the gateway allocated.
 	spare chan []event.Stored
 
+	// idle holds a token while the inserter waits for a batch (it puts
+	// one before each wait): a live batch that has waited BatchWait goes
+	// to the inserter when it takes one, and until then it takes what
+	// arrives, instead of waiting for a whole insert with what it holds.
+	idle chan struct{}
+
 	lifecycle
 }
 
@@ -83,7 +89,7 @@ func StartFeed(ctx context.Context, js jetstream.JetStream, stream string, hub *
 		return nil, errors.New("clickhouse ingest: the live feed needs a floor file beside the store")
 	}
 	f := &Feed{js: js, stream: stream, hub: hub, w: w, cfg: cfg, log: log.With("ingest", FeedConsumer),
-		m: newMetrics(reg), spare: make(chan []event.Stored, spareBatches),
+		m: newMetrics(reg), spare: make(chan []event.Stored, spareBatches), idle: make(chan struct{}, 1),
 		catchUps: prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_clickhouse_ingest_feed_catchups_total",
 			Help: "Times the ingest of this replica's own store read the stream to catch up with its live feed: at start, and after it fell behind by more than its tap's buffer."})}
 	if reg != nil {
@@ -233,7 +239,15 @@ func (f *Feed) run(ctx context.Context) {
 	defer f.w.Close()
 	batches := make(chan *feedBatch)
 	go f.produce(ctx, batches)
-	for b := range batches {
+	for {
+		select {
+		case f.idle <- struct{}{}:
+		default: // one is there already
+		}
+		b, ok := <-batches
+		if !ok {
+			return
+		}
 		b.rows = f.decode(b.rows)
 		if len(b.rows) > 0 && !insertRetrying(ctx, f.w, f.cfg, f.m, f.log, b.rows, nil, nil) {
 			f.cancel() // aborted: the producer ends too
@@ -372,11 +386,18 @@ func (f *Feed) readStream(ctx context.Context, out chan<- *feedBatch, to uint64)
 	return false, nil
 }
 
-// live hands over the tap's messages in batches of BatchSize or BatchWait.
-// It returns true when the tap overflowed (catch up again), false when
+// live hands over the tap's messages in batches: a batch is ready at
+// BatchSize, or once it has waited BatchWait, and a ready batch goes to
+// the inserter as soon as it waits, with what arrived until then. So
+// while an insert takes longer than BatchWait (a loaded machine), the
+// next batch gathers the events of the whole insert instead of waiting
+// for it with those of BatchWait: each event waits for at most the
+// insert before its own, and fewer, larger inserts take less CPU. It
+// returns true when the tap overflowed (catch up again), false when
 // ingest is stopping, aborted, or the feed stopped.
 func (f *Feed) live(ctx context.Context, out chan<- *feedBatch, tap *watch.Tap) bool {
 	var b *feedBatch
+	ready := false // b has waited BatchWait
 	wait := time.NewTimer(time.Hour)
 	wait.Stop()
 	defer wait.Stop()
@@ -388,6 +409,7 @@ func (f *Feed) live(ctx context.Context, out chan<- *feedBatch, tap *watch.Tap) 
 			}
 			if b == nil {
 				b = f.newBatch()
+				ready = false
 				wait.Reset(f.cfg.BatchWait)
 			}
 			f.add(b, it.Seq, it.Subject, it.Raw, it.Header, it.Stored)
@@ -408,16 +430,23 @@ func (f *Feed) live(ctx context.Context, out chan<- *feedBatch, tap *watch.Tap) 
 			return true
 		}
 		ok := f.handOver(ctx, out, b)
-		b = nil
+		b, ready = nil, false
 		return ok
 	}
 	for {
+		var idle chan struct{}
+		if ready {
+			idle = f.idle
+		}
 		select {
 		case <-tap.Ready():
 			if !take() {
 				return false
 			}
 		case <-wait.C:
+			// Handed over when the inserter waits (at once if it does).
+			ready = b != nil
+		case <-idle:
 			// What came since the batch's first message is in the
 			// queue: the tap woke no one for it.
 			if !take() || !flush() {
@@ -508,6 +537,12 @@ func (f *Feed) decode(rows []event.Stored) []event.Stored {
 func (f *Feed) handOver(ctx context.Context, out chan<- *feedBatch, b *feedBatch) bool {
 	if b == nil || b.last == 0 {
 		return true
+	}
+	// A token the inserter left before this send is stale once it
+	// takes b.
+	select {
+	case <-f.idle:
+	default:
 	}
 	select {
 	case out <- b:
