@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -82,18 +84,82 @@ func EmbeddedStore(dataDir, listen string, maxStore int64) (*server.Server, erro
 			return nil, fmt.Errorf("nats listen address: %w", err)
 		}
 		opts.Host, opts.Port = host, port
+		if port > 0 {
+			// Taken already: say so now (the server would only log it).
+			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				return nil, fmt.Errorf("embedded nats: %w %s: %w", ErrListen, listen, err)
+			}
+			l.Close()
+		}
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
+	log := &startLog{failed: make(chan struct{})}
+	ns.SetLogger(log, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(30 * time.Second) {
-		ns.Shutdown()
-		return nil, errors.New("embedded nats: not ready after 30s")
+	deadline := time.Now().Add(embeddedReadyTimeout)
+	for !ns.ReadyForConnections(100 * time.Millisecond) {
+		select {
+		case <-log.failed:
+			// The server gave up (its listener, say, when the address is
+			// taken): say why at once, not after the timeout.
+			ns.Shutdown()
+			return nil, fmt.Errorf("embedded nats: %s", log.last())
+		default:
+		}
+		if time.Now().After(deadline) {
+			ns.Shutdown()
+			if e := log.last(); e != "" {
+				return nil, fmt.Errorf("embedded nats: not ready after %v: %s", embeddedReadyTimeout, e)
+			}
+			return nil, fmt.Errorf("embedded nats: not ready after %v", embeddedReadyTimeout)
+		}
 	}
 	return ns, nil
 }
+
+// ErrListen: the embedded server cannot listen on the address it was
+// given.
+var ErrListen = errors.New("cannot listen on")
+
+// embeddedReadyTimeout bounds the embedded server's start (recovering a
+// large JetStream store takes a while).
+const embeddedReadyTimeout = 30 * time.Second
+
+// startLog is the embedded server's logger: it keeps the last error the
+// server reported (nothing else), so that a server that cannot start says
+// why, and closes failed on a fatal one (the server then stops trying).
+type startLog struct {
+	mu     sync.Mutex
+	err    string
+	failed chan struct{}
+	once   sync.Once
+}
+
+func (l *startLog) Errorf(format string, v ...any) {
+	l.mu.Lock()
+	l.err = fmt.Sprintf(format, v...)
+	l.mu.Unlock()
+}
+
+func (l *startLog) Fatalf(format string, v ...any) {
+	l.Errorf(format, v...)
+	l.once.Do(func() { close(l.failed) })
+}
+
+func (l *startLog) last() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (*startLog) Noticef(string, ...any) {}
+func (*startLog) Warnf(string, ...any)   {}
+func (*startLog) Debugf(string, ...any)  {}
+func (*startLog) Tracef(string, ...any)  {}
 
 // Connect opens a NATS connection: in process to ns when it is not nil,
 // otherwise to cfg.URL.
