@@ -130,15 +130,38 @@ type floorRun struct {
 
 // floorTimes gathers a paced run's latencies.
 type floorTimes struct {
-	mu     sync.Mutex
-	batch  []time.Duration // per batch: the latest write acknowledgement so far
-	left   []int           // per batch: writes not yet acknowledged
-	acks   []float64
-	watchs []float64
-	// per batch: the latest insert so far, and events not yet inserted
-	stored     []time.Duration
-	storedLeft []int
-	queryable  []float64
+	mu       sync.Mutex
+	acks     batchClock // each write acknowledged by the events stream
+	inserts  batchClock // each event inserted into the engine
+	watchs   []float64
+	expected int // batches
+}
+
+func newFloorTimes(batches int) *floorTimes {
+	return &floorTimes{expected: batches, acks: newBatchClock(batches), inserts: newBatchClock(batches)}
+}
+
+// batchClock times batches until each of their events passed a point:
+// per batch, the latest of its events so far and how many are left.
+type batchClock struct {
+	latest []time.Duration
+	left   []int
+	done   []float64 // ms, per batch that has none left
+}
+
+func newBatchClock(n int) batchClock {
+	return batchClock{latest: make([]time.Duration, n), left: make([]int, n)}
+}
+
+// passed records an event of batch b that took d to get there.
+func (c *batchClock) passed(b int, d time.Duration) {
+	if b < 0 || b >= len(c.latest) {
+		return
+	}
+	c.latest[b] = max(c.latest[b], d)
+	if c.left[b]--; c.left[b] == 0 {
+		c.done = append(c.done, float64(c.latest[b])/float64(time.Millisecond))
+	}
 }
 
 func (ft *floorTimes) acked(h nats.Header, now time.Time) {
@@ -150,31 +173,19 @@ func (ft *floorTimes) acked(h nats.Header, now time.Time) {
 		return
 	}
 	ft.mu.Lock()
-	defer ft.mu.Unlock()
-	if b >= len(ft.batch) {
-		return
-	}
-	ft.batch[b] = max(ft.batch[b], now.Sub(sent))
-	if ft.left[b]--; ft.left[b] == 0 {
-		ft.acks = append(ft.acks, float64(ft.batch[b])/float64(time.Millisecond))
-	}
+	ft.acks.passed(b, now.Sub(sent))
+	ft.mu.Unlock()
 }
 
 // inserted records that the engine holds an event of batch b sent at
 // sent.
 func (ft *floorTimes) inserted(sent time.Time, b int, now time.Time) {
-	if ft == nil || b < 0 {
+	if ft == nil {
 		return
 	}
 	ft.mu.Lock()
-	defer ft.mu.Unlock()
-	if b >= len(ft.stored) {
-		return
-	}
-	ft.stored[b] = max(ft.stored[b], now.Sub(sent))
-	if ft.storedLeft[b]--; ft.storedLeft[b] == 0 {
-		ft.queryable = append(ft.queryable, float64(ft.stored[b])/float64(time.Millisecond))
-	}
+	ft.inserts.passed(b, now.Sub(sent))
+	ft.mu.Unlock()
 }
 
 func (ft *floorTimes) watched(h nats.Header, now time.Time) {
@@ -259,8 +270,7 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 	var times *floorTimes
 	if rate > 0 {
 		n := (total+rate-1)/rate*int(time.Second/Tick) + 1
-		times = &floorTimes{batch: make([]time.Duration, n), left: make([]int, n),
-			stored: make([]time.Duration, n), storedLeft: make([]int, n)}
+		times = newFloorTimes(n)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -343,7 +353,7 @@ func runFloor(ctx context.Context, dir, lib string, total, rate int) (*floorRun,
 		heapMiB: float64(ms.HeapInuse) / (1 << 20), peakRSSMiB: peak, cpu: cpu}
 	if times != nil {
 		times.mu.Lock()
-		run.ack, run.watch, run.queryable = times.acks, times.watchs, times.queryable
+		run.ack, run.watch, run.queryable = times.acks.done, times.watchs, times.inserts.done
 		times.mu.Unlock()
 	}
 	return run, nil
@@ -367,8 +377,8 @@ func floorPaced(ctx context.Context, total, rate int, raws [][]byte, times *floo
 			if n <= 0 {
 				continue
 			}
-			if b >= len(times.batch) {
-				return b, fmt.Errorf("pipeline floor: batch %d past the %d expected", b, len(times.batch))
+			if b >= times.expected {
+				return b, fmt.Errorf("pipeline floor: batch %d past the %d expected", b, times.expected)
 			}
 			var entries [floorPartitions]*nats.Msg
 			stamp := strconv.FormatInt(time.Now().UnixNano(), 10)
@@ -382,7 +392,7 @@ func floorPaced(ctx context.Context, total, rate int, raws [][]byte, times *floo
 				entries[p].Data = protowire.AppendBytes(entries[p].Data, raws[i%len(raws)])
 			}
 			times.mu.Lock()
-			times.left[b], times.storedLeft[b] = n, n
+			times.acks.left[b], times.inserts.left[b] = n, n
 			times.mu.Unlock()
 			for _, m := range entries {
 				if m == nil {
