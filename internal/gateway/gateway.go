@@ -673,10 +673,16 @@ func (g *Gateway) watchHealth(ctx context.Context) {
 // Run opens the configured listeners and serves until ctx ends. Without
 // authentication it listens on loopback only, and refuses any other address.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	TuneRuntime(cfg, log)
+	goLimit := TuneRuntime(cfg, log)
 	idleCtx, stopIdle := context.WithCancel(ctx)
 	defer stopIdle()
 	go releaseWhenIdle(idleCtx, log)
+	var budget *budgetFollower
+	if b, ok := newMemoryBudget(cfg, goLimit); ok {
+		budget = newBudgetFollower(b, log)
+		go budget.run(idleCtx)
+		log.Info("memory budget", "budgetMiB", b.budget>>20, "goLimitMiB", b.ceiling>>20, "goLimitFloorMiB", b.floor>>20)
+	}
 	grpcAddr, err := BindAddr(cfg.GRPCAddr, cfg.Auth.Enabled())
 	if err != nil {
 		return fmt.Errorf("grpc-addr: %w", err)
@@ -714,6 +720,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		grpcLis.Close()
 		httpLis.Close()
 		return err
+	}
+	if budget != nil {
+		g.registry.MustRegister(budget.collectors()...)
 	}
 	return g.Serve(ctx, grpcLis, httpLis)
 }

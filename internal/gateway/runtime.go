@@ -18,7 +18,7 @@ import (
 // TuneRuntime sets the garbage collector the way the gateway binary runs
 // (Run calls it): GOGC to cfg.GCPercent and a soft memory limit from
 // cfg.MemoryLimitMiB, unless the GOGC or GOMEMLIMIT environment variables
-// set them already.
+// set them already. It returns the memory limit it set, 0 for none.
 //
 // Why: the gateway's live heap is large and long-lived (the series keys it
 // tracks for their window, the embedded NATS server's caches) while every
@@ -26,12 +26,12 @@ import (
 // re-marks that live heap after every few hundred megabytes allocated and
 // took about a third of the CPU under load. A higher target collects less
 // often; the memory limit keeps the heap from outgrowing the machine.
-func TuneRuntime(cfg config.Config, log *slog.Logger) {
+func TuneRuntime(cfg config.Config, log *slog.Logger) int64 {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(cfg.GCPercent)
 	}
 	if _, set := os.LookupEnv("GOMEMLIMIT"); set || cfg.MemoryLimitMiB < 0 {
-		return
+		return 0
 	}
 	limit := cfg.MemoryLimitMiB << 20
 	if limit == 0 {
@@ -41,6 +41,7 @@ func TuneRuntime(cfg config.Config, log *slog.Logger) {
 		debug.SetMemoryLimit(limit)
 		log.Debug("go memory limit", "bytes", limit, "gcPercent", cfg.GCPercent)
 	}
+	return max(limit, 0)
 }
 
 // maxDefaultLimit caps the default memory limit. Under a full emit load

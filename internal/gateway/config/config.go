@@ -92,6 +92,13 @@ type Config struct {
 	// machine's; the embedded chDB needs its own), at most 1 GiB; -1 none. The environment
 	// variable GOMEMLIMIT overrides it.
 	MemoryLimitMiB int64 `yaml:"memoryLimitMiB"`
+	// MemoryBudgetMiB is the resident memory the whole process keeps
+	// under, the embedded engine included: the Go memory limit is lowered
+	// by what the process holds outside Go's runtime, down to half of
+	// MemoryLimitMiB's. 0 means the Go limit plus 512 MiB with the embedded
+	// engine and none with a shared ClickHouse; -1 none. Not followed when
+	// the GOMEMLIMIT variable sets the Go limit.
+	MemoryBudgetMiB int64 `yaml:"memoryBudgetMiB"`
 	// ShutdownTimeout bounds a graceful shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdownTimeout"`
 	// LogLevel is debug, info, warn or error.
@@ -171,6 +178,9 @@ func (c Config) Validate() error {
 	}
 	if c.MemoryLimitMiB < -1 {
 		errs = append(errs, fmt.Errorf("memory-limit-mib must be -1, 0 or a size, got %d", c.MemoryLimitMiB))
+	}
+	if c.MemoryBudgetMiB < -1 {
+		errs = append(errs, fmt.Errorf("memory-budget-mib must be -1, 0 or a size, got %d", c.MemoryBudgetMiB))
 	}
 	if c.NATS.Stream == "" || strings.ContainsAny(c.NATS.Stream, ".*> \t") {
 		errs = append(errs, fmt.Errorf("stream name %q is not a valid JetStream stream name", c.NATS.Stream))
@@ -328,6 +338,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.IntVar(&c.WatchBuffer, "watch-buffer", c.WatchBuffer, "events queued per watcher before it is ended as too slow")
 	fs.IntVar(&c.GCPercent, "gc-percent", c.GCPercent, "garbage collector target (GOGC) of the binary; the GOGC variable overrides it")
 	fs.Int64Var(&c.MemoryLimitMiB, "memory-limit-mib", c.MemoryLimitMiB, "soft Go memory limit in MiB (GOMEMLIMIT); 0: a quarter of the memory available, at most 1024; -1: none; the GOMEMLIMIT variable overrides it")
+	fs.Int64Var(&c.MemoryBudgetMiB, "memory-budget-mib", c.MemoryBudgetMiB, "resident memory in MiB the whole process keeps under, the embedded engine included: the Go memory limit gives way to what the engine holds, down to half its own; 0: the Go limit plus 512 with the embedded engine, none with --clickhouse-dsn; -1: none")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on graceful shutdown")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
