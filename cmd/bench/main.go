@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string) error {
 	commit := fs.String("commit", "", "commit measured (default: git rev-parse HEAD, +dirty when the tree has changes)")
 	rulesWindows := fs.Int("rules-windows", 0, "the rules section's windows with rules and with the control together (each between two without rules); 0: eight per run of the scale (24)")
 	latRate := fs.Int("latency-rate", 0, "offer this many events/s in the latency phase instead of half the measured EmitStream rate, and skip the throughput phase unless emit is selected")
+	runs := fs.Int("runs", 0, "runs of each figure instead of the scale's (3): more show whether a throughput figure keeps falling or settles")
 	profile := fs.Bool("profile", false, "sample the gateway's CPU with perf during the emit and latency phases (work-dir/perf.data.*.txt), with pprof during the first rules runs (work-dir/cpu.*.pb.gz)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -73,6 +74,12 @@ func run(ctx context.Context, args []string) error {
 	}
 	if _, err := os.Stat(gwAbs); err != nil {
 		return fmt.Errorf("gateway binary (make build): %w", err)
+	}
+	if *runs < 0 {
+		return fmt.Errorf("-runs %d: want 1 or more (0: the scale's)", *runs)
+	}
+	if *runs > 0 {
+		sc.Runs = *runs
 	}
 	cfg := bench.Config{Scale: sc, GatewayBin: gwAbs, Self: self, WorkDir: *work, ChDBLib: *lib, Profile: *profile, LatencyRate: *latRate, RulesWindows: *rulesWindows, Commit: *commit, Log: os.Stderr}
 	if *only != "" {

@@ -228,3 +228,18 @@ func TestStoreInsertSQLSize(t *testing.T) {
 		t.Errorf("store INSERT is %d bytes", n)
 	}
 }
+
+func TestSpreadIsTheRangeOverTheLowestRun(t *testing.T) {
+	for _, c := range []struct {
+		runs []float64
+		want float64
+	}{
+		{[]float64{100, 100, 100}, 0},
+		{[]float64{12, 10, 11}, 20},
+		{[]float64{15731, 14164, 13765, 13641, 13852, 12525}, 100 * (15731.0 - 12525) / 12525},
+	} {
+		if got := spread(c.runs); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("spread(%v) = %v, want %v", c.runs, got, c.want)
+		}
+	}
+}
