@@ -43,8 +43,10 @@ const budgetInterval = 250 * time.Millisecond
 // the library's pages (~200 MiB) and what the engine holds under a full
 // ingest (in two full write phases on 2 cores, four readings a second, the
 // memory outside Go was 391–405 MiB at the median, 553–578 at the p99, 598
-// and 614 MiB at most).
-const budgetReserve = 640 << 20
+// and 614 MiB at most). 640 MiB held the write phase's peak at 1.50–1.57
+// GiB at 14–20k events/s; 704 MiB at 1.42 GiB, for 5–10% more of the
+// collector's and the Go side's CPU per event (BENCHMARKS.md, session 37).
+const budgetReserve = 704 << 20
 
 // budgetDecay is how fast the recent high of the memory outside Go falls
 // back, in bytes a second: 200 MiB in 25 s, several inserts.

@@ -21,7 +21,7 @@ func TestMemoryBudgetDefaultsLeaveTheEmbeddedEngineRoom(t *testing.T) {
 	cfg := config.Default()
 	b, ok := newMemoryBudget(cfg, goLimit)
 	if !ok || b.budget != goLimit+512<<20 || b.ceiling != goLimit || b.floor != goLimit/2 || b.reserve != budgetReserve {
-		t.Errorf("embedded engine: budget %+v, %v; want 1.5 GiB, the Go limit 1 GiB down to 512 MiB, 640 MiB kept for the engine", b, ok)
+		t.Errorf("embedded engine: budget %+v, %v; want 1.5 GiB, the Go limit 1 GiB down to 512 MiB, 704 MiB kept for the engine", b, ok)
 	}
 	cfg.MemoryBudgetMiB = 2048
 	if b, ok := newMemoryBudget(cfg, goLimit); !ok || b.budget != 2048<<20 {
