@@ -1,0 +1,59 @@
+package clickhouse
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestWriteTablesUseSmallBlocksAndColumnMerges: every table the ingest's
+// inserts and the rollup builds write is created with small compressed
+// blocks and merged column by column, and a store created before migration
+// 8 gets both when a gateway of this build opens it.
+func TestWriteTablesUseSmallBlocksAndColumnMerges(t *testing.T) {
+	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
+		ctx := context.Background()
+		cfg := DefaultConfig()
+		cfg.Database = ""
+		s := open(cfg)
+		check := func(when string) {
+			t.Helper()
+			for _, table := range writeMemoryTables {
+				rows, err := s.t.query(ctx, "SELECT create_table_query FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+					map[string]string{"db": s.cfg.Database, "t": table})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ddl string
+				found := rows.Next()
+				if found {
+					err = rows.Scan(&ddl)
+				}
+				rows.Close()
+				if err != nil || !found {
+					t.Fatalf("%s: %s: no table (%v)", when, table, err)
+				}
+				for _, want := range []string{"max_compress_block_size = 131072", "vertical_merge_algorithm_min_rows_to_activate = 1"} {
+					if !strings.Contains(ddl, want) {
+						t.Errorf("%s: %s lacks %q:\n%s", when, table, want, ddl)
+					}
+				}
+			}
+		}
+		check("a new store")
+
+		// Back to schema 7: the engine's defaults.
+		for _, table := range writeMemoryTables {
+			q := "ALTER TABLE " + s.ddl.table(table) + " RESET SETTING max_compress_block_size, vertical_merge_algorithm_min_rows_to_activate"
+			if err := s.t.exec(ctx, q, nil); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		q := "ALTER TABLE " + s.ddl.table("schema_migrations") + " DELETE WHERE version = 8 SETTINGS mutations_sync = 1"
+		if err := s.t.exec(ctx, q, nil); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		s = open(cfg)
+		check("a store of schema 7, reopened")
+	})
+}
