@@ -48,7 +48,7 @@ func BenchmarkInsertMemory(b *testing.B) {
 			}()
 			if v.reset {
 				for _, t := range writeMemoryTables {
-					q := "ALTER TABLE " + s.ddl.table(t) + " RESET SETTING max_compress_block_size, vertical_merge_algorithm_min_rows_to_activate"
+					q := "ALTER TABLE " + s.ddl.table(t) + " RESET SETTING vertical_merge_algorithm_min_rows_to_activate"
 					if err := s.t.exec(ctx, q, nil); err != nil {
 						b.Fatalf("%s: %v", q, err)
 					}

@@ -174,28 +174,24 @@ var migrations = []migration{
 	{5, "drop events_recent: newest first reads analytics_events", dropRecentMigration},
 	{6, "analytics_hours: hourly rollups", rollupMigration},
 	{7, "events: event_time minmax index for reads by uid in a time range", eventTimeIndexMigration},
-	{8, "small compressed blocks, merges column by column", writeMemoryMigration},
+	{8, "merges column by column", writeMemoryMigration},
 }
 
 // writeMemoryTables are the tables every insert writes a part to (events
 // and what its views fill; analytics_hours, which the rollup builds fill),
-// so their parts are written and merged all the time.
+// so their parts are merged all the time.
 var writeMemoryTables = []string{"events", "analytics_events", "analytics_series", "series_minute_totals", "event_minutes", "analytics_hours"}
 
-// writeMemorySettings bound the engine's memory per part written or merged.
-// The engine writes each column's stream through a buffer of
-// max_compress_block_size (1 MiB by default) before compressing it, so an
-// insert of the ingest's batch (every column of events and of the tables
-// its views fill) and a merge (every column of every part it reads, below
-// 131,072 rows: the engine merges small parts row by row) each held
-// hundreds of megabytes. Blocks of 128 KiB (LZ4 and ZSTD find their
-// matches within them as well: the tables' parts grew by under 1%) and
-// merges column by column at every size cut the engine's tracked memory
-// under the ingest from 720–736 MiB to 162–174 at its highest, and the
-// process's resident memory outside Go by 180 MiB, for the same CPU
-// (BenchmarkInsertMemory; BENCHMARKS.md, session 39). Parts written
-// before keep their blocks until merged.
-const writeMemorySettings = "max_compress_block_size = 131072, vertical_merge_algorithm_min_rows_to_activate = 1"
+// writeMemorySettings bound the engine's memory per merge. Below 131,072
+// rows (every merge of the ingest's parts but the largest) the engine merges
+// row by row, reading every column of every part at once through a buffer
+// of up to 1 MiB each: a merge of six parts of events held 268–301 MiB, of
+// analytics_events about 150 MiB, and up to four run at once. Merged column
+// by column, they hold tens of megabytes, for the same CPU
+// (BenchmarkInsertMemory; BENCHMARKS.md, session 39). Smaller compressed
+// blocks (max_compress_block_size) would bound the inserts' buffers as
+// well, but made the dashboard reads about 9% slower: left at the engine's.
+const writeMemorySettings = "vertical_merge_algorithm_min_rows_to_activate = 1"
 
 func writeMemoryMigration(d ddl) []string {
 	stmts := make([]string, 0, len(writeMemoryTables))

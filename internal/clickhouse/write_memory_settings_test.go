@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// TestWriteTablesUseSmallBlocksAndColumnMerges: every table the ingest's
-// inserts and the rollup builds write is created with small compressed
-// blocks and merged column by column, and a store created before migration
-// 8 gets both when a gateway of this build opens it.
-func TestWriteTablesUseSmallBlocksAndColumnMerges(t *testing.T) {
+// TestWriteTablesMergeColumnByColumn: every table the ingest's inserts and
+// the rollup builds write is merged column by column at every size, and a
+// store created before migration 8 is too once a gateway of this build
+// opens it.
+func TestWriteTablesMergeColumnByColumn(t *testing.T) {
 	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
 		ctx := context.Background()
 		cfg := DefaultConfig()
@@ -33,7 +33,7 @@ func TestWriteTablesUseSmallBlocksAndColumnMerges(t *testing.T) {
 				if err != nil || !found {
 					t.Fatalf("%s: %s: no table (%v)", when, table, err)
 				}
-				for _, want := range []string{"max_compress_block_size = 131072", "vertical_merge_algorithm_min_rows_to_activate = 1"} {
+				for _, want := range []string{"vertical_merge_algorithm_min_rows_to_activate = 1"} {
 					if !strings.Contains(ddl, want) {
 						t.Errorf("%s: %s lacks %q:\n%s", when, table, want, ddl)
 					}
@@ -44,7 +44,7 @@ func TestWriteTablesUseSmallBlocksAndColumnMerges(t *testing.T) {
 
 		// Back to schema 7: the engine's defaults.
 		for _, table := range writeMemoryTables {
-			q := "ALTER TABLE " + s.ddl.table(table) + " RESET SETTING max_compress_block_size, vertical_merge_algorithm_min_rows_to_activate"
+			q := "ALTER TABLE " + s.ddl.table(table) + " RESET SETTING vertical_merge_algorithm_min_rows_to_activate"
 			if err := s.t.exec(ctx, q, nil); err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}
