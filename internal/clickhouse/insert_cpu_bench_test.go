@@ -64,17 +64,7 @@ func BenchmarkInsertCPU(b *testing.B) {
 			seconds := benchCount("EVENTGATE_BENCH_SECONDS", 20)
 			batch := benchCount("EVENTGATE_BENCH_INSERT_ROWS", insertCPUBatch)
 			per := int(time.Second / DefaultBatchWait)
-			rows := make([]Row, seconds*per*batch)
-			now := time.Now()
-			for i := range rows {
-				ev := chtest.RealisticEvent(i, 1000, now)
-				ev.Series = nil
-				raw, err := event.Marshal(ev)
-				if err != nil {
-					b.Fatal(err)
-				}
-				rows[i] = Row{Seq: uint64(i + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: now, Raw: raw, WriteReason: "created"}
-			}
+			rows := distinctRows(b, seconds*per*batch)
 			b.ResetTimer()
 			for range b.N {
 				cpu0, merge0 := processCPU(), mergeCPU()
@@ -138,4 +128,21 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// distinctRows are n rows of distinct realistic events over 1,000 tenants,
+// stored as new (no series), as the ingest inserts them.
+func distinctRows(b *testing.B, n int) []Row {
+	rows := make([]Row, n)
+	now := time.Now()
+	for i := range rows {
+		ev := chtest.RealisticEvent(i, 1000, now)
+		ev.Series = nil
+		raw, err := event.Marshal(ev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows[i] = Row{Seq: uint64(i + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: now, Raw: raw, WriteReason: "created"}
+	}
+	return rows
 }

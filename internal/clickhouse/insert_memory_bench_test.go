@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
-	"github.com/eventgate/eventgate/internal/event"
 )
 
 // BenchmarkInsertMemory measures the engine's memory while the ingest's
@@ -56,17 +55,7 @@ func BenchmarkInsertMemory(b *testing.B) {
 			}
 			batches := benchCount("EVENTGATE_BENCH_INSERT_BATCHES", 30)
 			batch := benchCount("EVENTGATE_BENCH_INSERT_ROWS", 20_000)
-			rows := make([]Row, batches*batch)
-			now := time.Now()
-			for i := range rows {
-				ev := chtest.RealisticEvent(i, 1000, now)
-				ev.Series = nil
-				raw, err := event.Marshal(ev)
-				if err != nil {
-					b.Fatal(err)
-				}
-				rows[i] = Row{Seq: uint64(i + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: now, Raw: raw, WriteReason: "created"}
-			}
+			rows := distinctRows(b, batches*batch)
 			b.ResetTimer()
 			for range b.N {
 				m := startMemorySampler(ctx, b)
