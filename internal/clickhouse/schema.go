@@ -182,7 +182,7 @@ var migrations = []migration{
 // so their parts are merged all the time.
 var writeMemoryTables = []string{"events", "analytics_events", "analytics_series", "series_minute_totals", "event_minutes", "analytics_hours"}
 
-// writeMemorySettings bound the engine's memory per merge. Below 131,072
+// writeMemorySettings bounds the engine's memory per merge. Below 131,072
 // rows (every merge of the ingest's parts but the largest) the engine merges
 // row by row, reading every column of every part at once through a buffer
 // of up to 1 MiB each: a merge of six parts of events held 268–301 MiB, of
