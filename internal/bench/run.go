@@ -93,6 +93,7 @@ type runner struct {
 	start   time.Time
 	rep     *Report
 	maxHeap float64 // MiB, the most seen after a phase
+	peak    *peakWatch
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -120,8 +121,8 @@ func (r *runner) logMem(ctx context.Context, g *Gateway, phase string) {
 	if err != nil {
 		engine = math.NaN()
 	}
-	r.logf("gateway memory after %s: RSS %.0f MiB, peak %.0f MiB, Go heap in use %.0f MiB, engine in use %.0f MiB (profile: %s)",
-		phase, now, peak, heap, engine/(1<<20), prof)
+	r.logf("gateway memory after %s: RSS %.0f MiB, peak %.0f MiB, Go heap in use %.0f MiB, engine in use %.0f MiB (profile: %s); %s",
+		phase, now, peak, heap, engine/(1<<20), prof, r.peak.highest())
 }
 
 // intakeStages are the stages of eventgate_intake_stage_seconds, in the
@@ -217,9 +218,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer g.Stop()
 	r.logf("gateway pid %d ready: gRPC %s, HTTP %s", g.Pid(), g.GRPCAddr, g.HTTPURL)
+	r.peak = watchPeak(ctx, g)
+	defer r.peak.stop()
 
 	r.logMem(ctx, g, "start")
 	if info != nil {
+		r.peak.setPhase("query")
 		r.queries(ctx, g, info)
 		r.logMem(ctx, g, "queries")
 	}
@@ -231,9 +235,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	var streamRate float64
 	if r.want("emit") || ((r.want("latency") || r.want("rules")) && cfg.LatencyRate <= 0) {
+		r.peak.setPhase("throughput")
 		streamRate = r.throughput(ctx, g, base)
 		r.logMem(ctx, g, "throughput")
 		if r.want("emit") {
+			r.peak.setPhase("reads after the write phase")
 			r.afterWrites(ctx, g)
 		}
 	}
@@ -242,6 +248,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if r.want("latency") && streamRate > 0 {
 		before := stages(ctx, g)
+		r.peak.setPhase("latency")
 		r.latency(ctx, g, int(streamRate/2))
 		r.logStages(before, stages(ctx, g))
 		r.logMem(ctx, g, "latency")
@@ -254,10 +261,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	if r.want("rules") && streamRate > 0 {
+		r.peak.setPhase("rules")
 		r.rules(ctx, g, int(streamRate/2))
 		r.logMem(ctx, g, "rules")
 	}
 	if r.want("storm") {
+		r.peak.setPhase("storm")
 		r.storm(ctx, g)
 		r.logMem(ctx, g, "storm")
 	}
@@ -265,7 +274,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		r.rep.Failed(SecMemory, "gateway peak RSS (VmHWM)", "MiB", nil, err)
 	} else {
-		r.rep.Add(SecMemory, "gateway peak RSS (VmHWM)", "MiB", []float64{peak}, Below(1536), "one gateway process for the whole run, read from /proc/<pid>/status")
+		r.rep.Add(SecMemory, "gateway peak RSS (VmHWM)", "MiB", []float64{peak}, Below(1536), "one gateway process for the whole run, read from /proc/<pid>/status; "+r.peak.highest().String())
 	}
 	if r.maxHeap > 0 {
 		r.rep.Add(SecMemory, "gateway Go heap in use, most after a phase", "MiB", []float64{r.maxHeap}, Below(512),
