@@ -251,31 +251,54 @@ func (g *Gateway) StreamState(ctx context.Context, filter string) (last, msgs ui
 
 // Metric reads one unlabelled counter or gauge from /metrics.
 func (g *Gateway) Metric(ctx context.Context, name string) (float64, error) {
+	v, err := g.Metrics(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	return v[0], nil
+}
+
+// Metrics reads several series from one scrape of /metrics, in the order
+// of names (a name with its labels as the exposition writes them). A
+// scrape costs the gateway CPU (its collectors query the engine), so
+// readers during a measured run take what they need from one.
+func (g *Gateway) Metrics(ctx context.Context, names ...string) ([]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.HTTPURL+"/metrics", nil)
 	if err != nil {
-		return 0, fmt.Errorf("metrics: %w", err)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("metrics: %w", err)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	defer resp.Body.Close()
+	out := make([]float64, len(names))
+	found := make([]bool, len(names))
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
+		for i, name := range names {
+			v, ok := strings.CutPrefix(line, name+" ")
+			if !ok {
+				continue
+			}
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
-				return 0, fmt.Errorf("metric %s: %w", name, err)
+				return nil, fmt.Errorf("metric %s: %w", name, err)
 			}
-			return f, nil
+			out[i], found[i] = f, true
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("metrics: %w", err)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	return 0, fmt.Errorf("metric %s not exported", name)
+	for i, ok := range found {
+		if !ok {
+			return nil, fmt.Errorf("metric %s not exported", names[i])
+		}
+	}
+	return out, nil
 }
 
 // GCCPU is the processor time the gateway's Go collector has taken so far,

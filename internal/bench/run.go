@@ -132,12 +132,16 @@ var intakeStages = []string{"log", "consumer", "write", "decide"}
 // stages reads the sum and count of each intake stage's histogram.
 func stages(ctx context.Context, g *Gateway) map[string][2]float64 {
 	out := make(map[string][2]float64)
+	names := make([]string, 0, 2*len(intakeStages))
 	for _, st := range intakeStages {
-		sum, err1 := g.Metric(ctx, `eventgate_intake_stage_seconds_sum{stage="`+st+`"}`)
-		n, err2 := g.Metric(ctx, `eventgate_intake_stage_seconds_count{stage="`+st+`"}`)
-		if err1 == nil && err2 == nil {
-			out[st] = [2]float64{sum, n}
-		}
+		names = append(names, `eventgate_intake_stage_seconds_sum{stage="`+st+`"}`, `eventgate_intake_stage_seconds_count{stage="`+st+`"}`)
+	}
+	v, err := g.Metrics(ctx, names...)
+	if err != nil {
+		return out
+	}
+	for i, st := range intakeStages {
+		out[st] = [2]float64{v[2*i], v[2*i+1]}
 	}
 	return out
 }
