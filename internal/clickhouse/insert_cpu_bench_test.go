@@ -19,19 +19,20 @@ import (
 // batch of insertCPUBatch rows (EVENTGATE_BENCH_INSERT_ROWS: another
 // size) every DefaultBatchWait, for
 // EVENTGATE_BENCH_SECONDS (default 20), merges included as they happen.
-// Each sub-benchmark starts on a fresh database and drops one part of the
+// Each sub-benchmark starts on a fresh database and changes one part of the
 // schema first, so that the difference with "as-is" is that part's share:
 // the materialized views (analytics and rollup marks) and the skip indexes
-// of the events table. merge-ms/1k-rows is the engine's merge threads'
-// part. -benchtime 1x.
+// of the events table; merge-selector-base-5 puts the engine's default
+// merge fan-in back. merge-ms/1k-rows is the engine's merge threads' part,
+// active-parts what the tables hold at the end. -benchtime 1x.
 //
 //	go test -run '^$' -bench BenchmarkInsertCPU -benchtime 1x ./internal/clickhouse/
 func BenchmarkInsertCPU(b *testing.B) {
 	views := []string{"analytics_events_mv", "analytics_series_mv", "series_minute_totals_mv", "event_minutes_mv", "rollup_marks_mv"}
 	indexes := []string{"uid_bf", "name_bf", "related_name_bf", "event_time_mm"}
 	for _, v := range []struct {
-		name string
-		drop func(db string) []string
+		name  string
+		alter func(db string) []string
 	}{
 		{"as-is", func(string) []string { return nil }},
 		{"without-views", func(db string) (qs []string) {
@@ -46,6 +47,14 @@ func BenchmarkInsertCPU(b *testing.B) {
 			}
 			return qs
 		}},
+		// The engine's default fan-in, against migration 9's
+		// (mergeFanInSetting).
+		{"merge-selector-base-5", func(db string) (qs []string) {
+			for _, t := range writeMemoryTables {
+				qs = append(qs, "ALTER TABLE "+db+"."+quoteIdent(t)+" MODIFY SETTING merge_selector_base = 5")
+			}
+			return qs
+		}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			cfg := DefaultConfig()
@@ -56,7 +65,7 @@ func BenchmarkInsertCPU(b *testing.B) {
 				s.Close()
 				chtest.Engine(b).Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(cfg.Database))
 			}()
-			for _, q := range v.drop(quoteIdent(cfg.Database)) {
+			for _, q := range v.alter(quoteIdent(cfg.Database)) {
 				if err := s.t.exec(ctx, q, nil); err != nil {
 					b.Fatalf("%s: %v", q, err)
 				}
@@ -84,6 +93,15 @@ func BenchmarkInsertCPU(b *testing.B) {
 				// query pools.
 				b.ReportMetric(float64(merge)/1e6/k, "merge-ms/1k-rows")
 				b.ReportMetric(float64(cpu-merge)/1e6/k, "other-ms/1k-rows")
+				// What the merges leave for reads: the active parts of
+				// the tables the inserts write, at the end.
+				if parts, err := s.ActiveParts(ctx); err == nil {
+					n := 0
+					for _, t := range writeMemoryTables {
+						n += parts[t]
+					}
+					b.ReportMetric(float64(n), "active-parts")
+				}
 			}
 		})
 	}

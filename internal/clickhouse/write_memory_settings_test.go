@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// TestWriteTablesMergeColumnByColumn: every table the ingest's inserts and
-// the rollup builds write is merged column by column at every size, and a
-// store created before migration 8 is too once a gateway of this build
-// opens it.
-func TestWriteTablesMergeColumnByColumn(t *testing.T) {
+// TestWriteTablesMergeColumnByColumnAndFewerTimes: every table the
+// ingest's inserts and the rollup builds write is merged column by column
+// at every size and with the wider merge fan-in, and a store created
+// before migrations 8 and 9 is too once a gateway of this build opens it.
+func TestWriteTablesMergeColumnByColumnAndFewerTimes(t *testing.T) {
 	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
 		ctx := context.Background()
 		cfg := DefaultConfig()
@@ -33,7 +33,7 @@ func TestWriteTablesMergeColumnByColumn(t *testing.T) {
 				if err != nil || !found {
 					t.Fatalf("%s: %s: no table (%v)", when, table, err)
 				}
-				for _, want := range []string{"vertical_merge_algorithm_min_rows_to_activate = 1"} {
+				for _, want := range []string{"vertical_merge_algorithm_min_rows_to_activate = 1", "merge_selector_base = 10"} {
 					if !strings.Contains(ddl, want) {
 						t.Errorf("%s: %s lacks %q:\n%s", when, table, want, ddl)
 					}
@@ -44,12 +44,12 @@ func TestWriteTablesMergeColumnByColumn(t *testing.T) {
 
 		// Back to schema 7: the engine's defaults.
 		for _, table := range writeMemoryTables {
-			q := "ALTER TABLE " + s.ddl.table(table) + " RESET SETTING vertical_merge_algorithm_min_rows_to_activate"
+			q := "ALTER TABLE " + s.ddl.table(table) + " RESET SETTING vertical_merge_algorithm_min_rows_to_activate, merge_selector_base"
 			if err := s.t.exec(ctx, q, nil); err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}
 		}
-		q := "ALTER TABLE " + s.ddl.table("schema_migrations") + " DELETE WHERE version = 8 SETTINGS mutations_sync = 1"
+		q := "ALTER TABLE " + s.ddl.table("schema_migrations") + " DELETE WHERE version IN (8, 9) SETTINGS mutations_sync = 1"
 		if err := s.t.exec(ctx, q, nil); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
