@@ -23,7 +23,8 @@ import (
 // schema first, so that the difference with "as-is" is that part's share:
 // the materialized views (analytics and rollup marks) and the skip indexes
 // of the events table; merge-selector-base-5 puts the engine's default
-// merge fan-in back. merge-ms/1k-rows is the engine's merge threads' part,
+// merge fan-in back, events-merge-selector-base-10 sets migration 9's on
+// events too. merge-ms/1k-rows is the engine's merge threads' part,
 // active-parts what the tables hold at the end. -benchtime 1x.
 //
 //	go test -run '^$' -bench BenchmarkInsertCPU -benchtime 1x ./internal/clickhouse/
@@ -47,13 +48,17 @@ func BenchmarkInsertCPU(b *testing.B) {
 			}
 			return qs
 		}},
-		// The engine's default fan-in, against migration 9's
-		// (mergeFanInSetting).
+		// The engine's default merge fan-in, against migration 9's
+		// (mergeFanInSetting on mergeFanInTables), and that fan-in on
+		// events as well.
 		{"merge-selector-base-5", func(db string) (qs []string) {
-			for _, t := range writeMemoryTables {
+			for _, t := range mergeFanInTables {
 				qs = append(qs, "ALTER TABLE "+db+"."+quoteIdent(t)+" MODIFY SETTING merge_selector_base = 5")
 			}
 			return qs
+		}},
+		{"events-merge-selector-base-10", func(db string) []string {
+			return []string{"ALTER TABLE " + db + ".events MODIFY SETTING " + mergeFanInSetting}
 		}},
 	} {
 		b.Run(v.name, func(b *testing.B) {

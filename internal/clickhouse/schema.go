@@ -207,15 +207,18 @@ func writeMemoryMigration(d ddl) []string {
 // rewritten about log10 instead of log5 times on its way to a large part.
 // The ingest writes a part to each of writeMemoryTables with every insert
 // (two a second at the latency phase's rate), and merging them again and
-// again was the engine's largest cost: under BenchmarkInsertCPU's paced
-// inserts the merges' CPU per row fell by 35–50% (2,750 and 10,000 rows
-// every 500 ms), for 1.5–2 times as many active parts of those tables
-// between merges (BENCHMARKS.md, session 40).
+// again was the engine's largest cost. It is set on mergeFanInTables: the
+// tables the views fill, not events, whose reads of one object, of a small
+// tenant and by uid open every part of the partition and were 1.3–1.7
+// times slower with twice the parts (BENCHMARKS.md, session 40).
 const mergeFanInSetting = "merge_selector_base = 10"
 
+// mergeFanInTables are writeMemoryTables less events.
+var mergeFanInTables = []string{"analytics_events", "analytics_series", "series_minute_totals", "event_minutes", "analytics_hours"}
+
 func mergeFanInMigration(d ddl) []string {
-	stmts := make([]string, 0, len(writeMemoryTables))
-	for _, t := range writeMemoryTables {
+	stmts := make([]string, 0, len(mergeFanInTables))
+	for _, t := range mergeFanInTables {
 		stmts = append(stmts, "ALTER TABLE "+d.table(t)+d.onCluster()+" MODIFY SETTING "+mergeFanInSetting)
 	}
 	return stmts

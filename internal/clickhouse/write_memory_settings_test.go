@@ -2,14 +2,16 @@ package clickhouse
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // TestWriteTablesMergeColumnByColumnAndFewerTimes: every table the
 // ingest's inserts and the rollup builds write is merged column by column
-// at every size and with the wider merge fan-in, and a store created
-// before migrations 8 and 9 is too once a gateway of this build opens it.
+// at every size, those the views fill with the wider merge fan-in (events
+// with the engine's), and a store created before migrations 8 and 9 is
+// too once a gateway of this build opens it.
 func TestWriteTablesMergeColumnByColumnAndFewerTimes(t *testing.T) {
 	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
 		ctx := context.Background()
@@ -33,10 +35,11 @@ func TestWriteTablesMergeColumnByColumnAndFewerTimes(t *testing.T) {
 				if err != nil || !found {
 					t.Fatalf("%s: %s: no table (%v)", when, table, err)
 				}
-				for _, want := range []string{"vertical_merge_algorithm_min_rows_to_activate = 1", "merge_selector_base = 10"} {
-					if !strings.Contains(ddl, want) {
-						t.Errorf("%s: %s lacks %q:\n%s", when, table, want, ddl)
-					}
+				if want := "vertical_merge_algorithm_min_rows_to_activate = 1"; !strings.Contains(ddl, want) {
+					t.Errorf("%s: %s lacks %q:\n%s", when, table, want, ddl)
+				}
+				if fanIn := slices.Contains(mergeFanInTables, table); strings.Contains(ddl, mergeFanInSetting) != fanIn {
+					t.Errorf("%s: %s: %q set: %v, want %v:\n%s", when, table, mergeFanInSetting, !fanIn, fanIn, ddl)
 				}
 			}
 		}
