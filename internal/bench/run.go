@@ -243,7 +243,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		streamRate = r.throughput(ctx, g, base)
 		r.logMem(ctx, g, "throughput")
 		if r.want("emit") {
-			r.peak.setPhase("reads after the write phase")
+			r.peak.setPhase("post-write reads")
 			r.afterWrites(ctx, g)
 		}
 	}
