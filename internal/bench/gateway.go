@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -263,6 +264,21 @@ func (g *Gateway) Metric(ctx context.Context, name string) (float64, error) {
 // scrape costs the gateway CPU (its collectors query the engine), so
 // readers during a measured run take what they need from one.
 func (g *Gateway) Metrics(ctx context.Context, names ...string) ([]float64, error) {
+	out, err := g.MetricsFound(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	for i, v := range out {
+		if math.IsNaN(v) {
+			return nil, fmt.Errorf("metric %s not exported", names[i])
+		}
+	}
+	return out, nil
+}
+
+// MetricsFound is Metrics with NaN for the series the scrape does not have
+// (a collector that did not answer in time leaves its series out).
+func (g *Gateway) MetricsFound(ctx context.Context, names ...string) ([]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.HTTPURL+"/metrics", nil)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -273,7 +289,9 @@ func (g *Gateway) Metrics(ctx context.Context, names ...string) ([]float64, erro
 	}
 	defer resp.Body.Close()
 	out := make([]float64, len(names))
-	found := make([]bool, len(names))
+	for i := range out {
+		out[i] = math.NaN()
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -287,16 +305,11 @@ func (g *Gateway) Metrics(ctx context.Context, names ...string) ([]float64, erro
 			if err != nil {
 				return nil, fmt.Errorf("metric %s: %w", name, err)
 			}
-			out[i], found[i] = f, true
+			out[i] = f
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	for i, ok := range found {
-		if !ok {
-			return nil, fmt.Errorf("metric %s not exported", names[i])
-		}
 	}
 	return out, nil
 }

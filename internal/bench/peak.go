@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -27,8 +28,11 @@ type peakSample struct {
 	when                                   time.Time
 	phase                                  string
 	rss, outside, outsideHigh, heap, goLim float64
-	top                                    float64 // the highest sample (highest only)
-	metricsErr                             error
+	// what the engine's tracker counts, and its merges', inserts' and
+	// reads' part of it (NaN when the engine's collector did not answer)
+	engine, merges, inserts, reads float64
+	top                            float64 // the highest sample (highest only)
+	metricsErr                     error
 }
 
 // peakEvery is how often the resident set is read; peakStep is how much
@@ -40,6 +44,13 @@ const (
 	peakEvery = 250 * time.Millisecond
 	peakStep  = 8 // MiB
 )
+
+// peakMetrics are the series a sample reads: the memory budget's, Go's,
+// then the engine's (which may be missing).
+var peakMetrics = []string{"eventgate_memory_outside_go_bytes", "eventgate_memory_outside_go_high_bytes",
+	"go_memstats_heap_inuse_bytes", "go_gc_gomemlimit_bytes",
+	"eventgate_clickhouse_engine_memory_bytes", `eventgate_clickhouse_engine_memory_use_bytes{use="merges"}`,
+	`eventgate_clickhouse_engine_memory_use_bytes{use="inserts"}`, `eventgate_clickhouse_engine_memory_use_bytes{use="reads"}`}
 
 func watchPeak(ctx context.Context, g *Gateway) *peakWatch {
 	ctx, cancel := context.WithCancel(ctx)
@@ -66,12 +77,22 @@ func watchPeak(ctx context.Context, g *Gateway) *peakWatch {
 				continue
 			}
 			s := peakSample{when: time.Now(), phase: phase, rss: now}
-			v, err := g.Metrics(ctx, "eventgate_memory_outside_go_bytes", "eventgate_memory_outside_go_high_bytes",
-				"go_memstats_heap_inuse_bytes", "go_gc_gomemlimit_bytes")
+			v, err := g.MetricsFound(ctx, peakMetrics...)
+			if err == nil {
+				for i := range 4 {
+					if math.IsNaN(v[i]) {
+						err = fmt.Errorf("metric %s not exported", peakMetrics[i])
+					}
+				}
+			}
 			if err != nil {
 				s.metricsErr = err
 			} else {
-				s.outside, s.outsideHigh, s.heap, s.goLim = v[0]/(1<<20), v[1]/(1<<20), v[2]/(1<<20), v[3]/(1<<20)
+				for i := range v {
+					v[i] /= 1 << 20
+				}
+				s.outside, s.outsideHigh, s.heap, s.goLim = v[0], v[1], v[2], v[3]
+				s.engine, s.merges, s.inserts, s.reads = v[4], v[5], v[6], v[7]
 			}
 			w.mu.Lock()
 			if s.rss > w.at.rss {
@@ -115,6 +136,7 @@ func (s peakSample) String() string {
 	if s.metricsErr != nil {
 		return fmt.Sprintf("highest sampled RSS %.0f MiB; at %.0f MiB in the %s phase (metrics: %v)", max(s.top, s.rss), s.rss, s.phase, s.metricsErr)
 	}
-	return fmt.Sprintf("highest sampled RSS %.0f MiB; at %.0f MiB, in the %s phase at %s: outside Go %.0f MiB (its recent high %.0f), Go heap in use %.0f MiB, Go limit %.0f MiB",
-		max(s.top, s.rss), s.rss, s.phase, s.when.UTC().Format("15:04:05"), s.outside, s.outsideHigh, s.heap, s.goLim)
+	return fmt.Sprintf("highest sampled RSS %.0f MiB; at %.0f MiB, in the %s phase at %s: outside Go %.0f MiB (its recent high %.0f; the engine's tracker %.0f MiB, of it merges %.0f, inserts %.0f, reads %.0f), Go heap in use %.0f MiB, Go limit %.0f MiB",
+		max(s.top, s.rss), s.rss, s.phase, s.when.UTC().Format("15:04:05"), s.outside, s.outsideHigh,
+		s.engine, s.merges, s.inserts, s.reads, s.heap, s.goLim)
 }

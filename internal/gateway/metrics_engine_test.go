@@ -9,12 +9,19 @@ import (
 )
 
 // /metrics shows how much memory the embedded engine has in use, the part
-// of the gateway's resident memory that is not the Go runtime's.
+// of the gateway's resident memory that is not the Go runtime's, and what
+// its merges, inserts and reads hold of it.
 func TestMetricsShowTheEnginesMemory(t *testing.T) {
 	tg := startGateway(t, nil)
 	const name = "eventgate_clickhouse_engine_memory_bytes"
 	if v := metricValue(t, tg.httpURL, name); !(v > 0) {
 		t.Fatalf("%s = %v, want the engine's memory in use (> 0)", name, v)
+	}
+	for _, use := range []string{"merges", "inserts", "reads"} {
+		name := `eventgate_clickhouse_engine_memory_use_bytes{use="` + use + `"}`
+		if v := metricValue(t, tg.httpURL, name); !(v >= 0) {
+			t.Errorf("%s = %v, want the bytes it holds (≥ 0)", name, v)
+		}
 	}
 }
 
