@@ -125,6 +125,21 @@ func (r *runner) logMem(ctx context.Context, g *Gateway, phase string) {
 		phase, now, peak, heap, engine/(1<<20), prof, r.peak.highest())
 }
 
+// runHeap describes the gateway's heap after a throughput run: what the
+// last collection found live against the heap in use, and a heap profile
+// of it saved as name in the work directory (what grows from run to run).
+func (r *runner) runHeap(ctx context.Context, g *Gateway, name string) string {
+	v, err := g.Metrics(ctx, "go_gc_heap_live_bytes", "go_memstats_heap_inuse_bytes")
+	if err != nil {
+		return "heap: " + err.Error()
+	}
+	prof := filepath.Join(r.cfg.WorkDir, name)
+	if err := g.SaveHeapProfile(ctx, prof); err != nil {
+		prof = err.Error()
+	}
+	return fmt.Sprintf("Go heap live %.0f MiB at the last collection, in use %.0f MiB (profile: %s)", v[0]/(1<<20), v[1]/(1<<20), prof)
+}
+
 // intakeStages are the stages of eventgate_intake_stage_seconds, in the
 // order an Emit goes through them.
 var intakeStages = []string{"log", "consumer", "write", "decide"}
@@ -587,8 +602,8 @@ func (r *runner) throughput(ctx context.Context, g *Gateway, base baselines) flo
 			}
 			drain = append(drain, t.Drain.Seconds())
 			outcomes = t.Outcomes
-			r.logf("%s run %d: %d accepted, %.0f/s accepted, %.0f/s end to end (drain %v), outcomes %v", mode, i+1, t.Accepted, t.Accept, t.EndToEnd,
-				t.Drain.Round(time.Millisecond), t.Outcomes)
+			r.logf("%s run %d: %d accepted, %.0f/s accepted, %.0f/s end to end (drain %v), outcomes %v; %s", mode, i+1, t.Accepted, t.Accept, t.EndToEnd,
+				t.Drain.Round(time.Millisecond), t.Outcomes, r.runHeap(ctx, g, fmt.Sprintf("heap.%s%d.pb.gz", strings.ToLower(string(mode)), i+1)))
 		}
 		name := string(mode)
 		switch {

@@ -731,10 +731,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // ones the processor time by class (go_cpu_classes_*_cpu_seconds_total):
 // how much of the process's CPU the garbage collector takes
 // (go_cpu_classes_gc_total_cpu_seconds_total), which the soft memory limit
-// trades against memory.
+// trades against memory; and the heap the last collection found live and
+// the heap's goal for the next (go_gc_heap_live_bytes,
+// go_gc_heap_goal_bytes): heap in use also counts what has died since, so
+// the live heap is what the gateway holds.
 func newGoCollector() prometheus.Collector {
 	return collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
-		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/`)}))
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^(/cpu/classes/.*|/gc/heap/(live|goal):bytes)$`)}))
 }
 
 // serveDebug serves Go's pprof profiles on addr, which must be a loopback
