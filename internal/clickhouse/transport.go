@@ -118,7 +118,10 @@ func (t *chdbTransport) close() error {
 	return nil
 }
 
-// rowBinary reads RowBinary output.
+// rowBinary reads RowBinary output. RowBinary carries no types: a Nullable
+// column's null-marker byte would be read as part of its value, so the
+// store's statements return no Nullable columns (a scalar subquery is
+// one; see engineMemorySQL).
 type rowBinary struct {
 	b   []byte
 	err error
