@@ -6,6 +6,8 @@ import (
 	"time"
 
 	chproto "github.com/ClickHouse/ch-go/proto"
+
+	"github.com/eventgate/eventgate/internal/event"
 )
 
 // eventBatch is one INSERT into the events table. A transport's encode does
@@ -64,6 +66,13 @@ type eventBlock struct {
 	writeReason                               *chproto.ColLowCardinality[string]
 	minutes                                   *chproto.ColArr[time.Time]
 	minuteCounts                              *chproto.ColArr[uint32]
+
+	// dec decodes the rows that come without their event (Row.Event nil)
+	// one at a time: a row's values are copied into the columns before
+	// the next is decoded. LowCardinality columns keep the strings
+	// themselves until reset, and those share the row's Raw, not the
+	// event.
+	dec event.Decoder
 
 	// cols are the columns in eventColumns order.
 	cols []chproto.ColInput
@@ -155,6 +164,13 @@ func (b *eventBlock) reset() {
 // appendRow appends one version of an event; the values are those
 // rowValues gives the clickhouse-go transport.
 func (b *eventBlock) appendRow(r Row, ttls *ttlTable) error {
+	if r.Event == nil && r.Raw != nil {
+		ev, err := b.dec.DecodeAliased(r.Raw)
+		if err != nil {
+			return &event.UndecodableError{Seq: r.Seq, Err: err}
+		}
+		r.Event = ev
+	}
 	p, err := prepareRow(r)
 	if err != nil {
 		return err

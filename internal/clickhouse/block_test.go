@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -324,6 +326,54 @@ func BenchmarkEncodeBatch(b *testing.B) {
 				b.Fatal(err)
 			}
 			eb.release()
+		}
+	})
+}
+
+// TestInsertDecodesRowsPassedWithoutTheirEvents: rows passed with their
+// encoding only (Row.Event nil, as the ingest passes them) are stored
+// exactly as the same rows with their events, on both transports, the
+// store decoding each into one event it reuses; a row whose encoding is
+// not an event makes Insert refuse the batch with an UndecodableError
+// naming its seq, and store nothing.
+func TestInsertDecodesRowsPassedWithoutTheirEvents(t *testing.T) {
+	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
+		cfg := DefaultConfig()
+		cfg.Database = ""
+		cfg.TenantTTL = map[string]time.Duration{"organization/*": 24 * time.Hour, "global": maxTTL - time.Second, "user/old": maxTTL}
+		s := open(cfg)
+		ctx := context.Background()
+		rows := roundTripRows()
+		for i := range rows {
+			rows[i].Raw = nil // stored as Marshal encodes it: the bytes a bare row decodes from
+		}
+		want := expectedEvents(t, s, rows)
+		bare := make([]Row, len(rows))
+		for i, r := range rows {
+			raw, err := event.Marshal(r.Event)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Event, r.Raw = nil, raw
+			bare[i] = r
+		}
+
+		bad := slices.Clone(bare)
+		bad[2].Raw = []byte{0xff, 0xff, 0xff, 0xff}
+		err := s.Insert(ctx, bad)
+		var undecodable *event.UndecodableError
+		if !errors.As(err, &undecodable) || undecodable.Seq != bad[2].Seq {
+			t.Fatalf("insert with an undecodable row: %v, want an UndecodableError for seq %d", err, bad[2].Seq)
+		}
+		if got := selectEvents(t, s, s.eventsTable); len(got) != 0 {
+			t.Fatalf("a refused batch stored %d rows", len(got))
+		}
+
+		if err := s.Insert(ctx, bare); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, selectEvents(t, s, s.eventsTable)); diff != "" {
+			t.Errorf("rows without their events, stored (-as with them +got):\n%s", diff)
 		}
 	})
 }

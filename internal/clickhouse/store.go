@@ -361,6 +361,14 @@ func prepareRow(r Row) (preparedRow, error) {
 // columns' Go types (for clickhouse-go; eventBlock.appendRow is the same for
 // the embedded engine).
 func rowValues(r Row, ttls *ttlTable) ([]any, error) {
+	if r.Event == nil && r.Raw != nil {
+		// Decoded for this row alone: its values keep its maps.
+		ev, err := event.UnmarshalAliased(r.Raw)
+		if err != nil {
+			return nil, &event.UndecodableError{Seq: r.Seq, Err: err}
+		}
+		r.Event = ev
+	}
 	p, err := prepareRow(r)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package event
 
 import (
+	"fmt"
 	"time"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
@@ -14,7 +15,12 @@ type Stored struct {
 	Seq uint64
 	// Subject is the stream subject the event was published to.
 	Subject string
-	// Event is the event; its columns are taken from it.
+	// Event is the event; its columns are taken from it. When it is nil,
+	// the writer decodes Raw (the ingest leaves that to the writer: a
+	// store that copies each event into its columns decodes them one at a
+	// time into one event, instead of holding a batch of them decoded),
+	// and refuses the batch with an *UndecodableError if Raw is not an
+	// event.
 	Event *eventgatev1.Event
 	// StoredAt is when the stream stored the message.
 	StoredAt time.Time
@@ -30,3 +36,17 @@ type Stored struct {
 	// occurrences over them.
 	Minutes []wire.Minute
 }
+
+// UndecodableError is a writer's refusal of a batch holding a version
+// whose Raw does not decode (Stored.Event nil): the caller drops that
+// version and writes the rest.
+type UndecodableError struct {
+	Seq uint64 // the version's Seq
+	Err error
+}
+
+func (e *UndecodableError) Error() string {
+	return fmt.Sprintf("stored event %d does not decode: %v", e.Seq, e.Err)
+}
+
+func (e *UndecodableError) Unwrap() error { return e.Err }

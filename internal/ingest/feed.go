@@ -248,7 +248,8 @@ func (f *Feed) run(ctx context.Context) {
 		if !ok {
 			return
 		}
-		b.rows = f.decode(b.rows)
+		// The rows go without their events: the writer decodes each as it
+		// copies it (undecodedRow), and an undecodable one is dropped.
 		if len(b.rows) > 0 && !insertRetrying(ctx, f.w, f.cfg, f.m, f.log, b.rows, nil, nil) {
 			f.cancel() // aborted: the producer ends too
 			continue
@@ -512,24 +513,6 @@ func (f *Feed) recycle(rows []event.Stored) {
 func (f *Feed) add(b *feedBatch, seq uint64, subject string, data []byte, h nats.Header, stored time.Time) {
 	f.cursor, b.last = seq, seq
 	b.rows = append(b.rows, undecodedRow(seq, subject, data, h, stored, f.m, f.log))
-}
-
-// decode decodes the batch's events, just before its insert, and drops
-// the messages that are not events. Until then a batch holds the bytes
-// only: with batches of 20,000, the two waiting beside the one inserted
-// held 40,000 decoded events more, which the collector scanned.
-func (f *Feed) decode(rows []event.Stored) []event.Stored {
-	kept := rows[:0]
-	for i := range rows {
-		if err := decodeRow(&rows[i]); err != nil {
-			f.m.errors.WithLabelValues("decode").Inc()
-			f.log.Error("clickhouse ingest: undecodable message dropped", "seq", rows[i].Seq, "subject", rows[i].Subject, "err", err)
-			continue
-		}
-		kept = append(kept, rows[i])
-	}
-	clear(rows[len(kept):])
-	return kept
 }
 
 // handOver gives b (if it covers anything) to the inserter; false when

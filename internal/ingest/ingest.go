@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,9 @@ type Writer interface {
 	// returned nil and is retried otherwise, so inserting a version again
 	// (same Seq) must be harmless. Insert must not keep the batch's slice
 	// once it returned: the ingest fills it again with a later batch.
+	// The live feed's rows come without their events (event.Stored):
+	// Insert decodes them, and refuses a batch holding one that does not
+	// decode with an *event.UndecodableError.
 	Insert(ctx context.Context, batch []event.Stored) error
 	// Batch is the batch size and the longest wait for a partial batch the
 	// store is tuned for: the defaults of Config.BatchSize and BatchWait.
@@ -229,9 +233,10 @@ func storedRow(seq uint64, subject string, data []byte, h nats.Header, stored ti
 	return row, nil
 }
 
-// undecodedRow is a message's row without its event, which decodeRow
-// decodes from Raw: a batch waiting for its insert then holds the bytes
-// it is inserted from, not every event decoded besides.
+// undecodedRow is a message's row without its event: the writer decodes
+// it from Raw as it copies the row into its columns (event.Stored), so
+// that a batch holds the bytes it is inserted from, not every event
+// decoded besides, and the store decodes each event into one it reuses.
 func undecodedRow(seq uint64, subject string, data []byte, h nats.Header, stored time.Time, m *Metrics, log *slog.Logger) event.Stored {
 	row := event.Stored{Seq: seq, Subject: subject, StoredAt: stored, Raw: data}
 	if h != nil {
@@ -307,6 +312,10 @@ func (in *Consumer) insert(ctx context.Context, rows []event.Stored, msgs []jets
 // insertRetrying inserts rows, retrying with backoff until it succeeds; it
 // returns false when ctx ends first. attempted (if not nil) is called after
 // each attempt, retrying before each wait for the next.
+//
+// A row the writer refuses as undecodable (event.UndecodableError, for a
+// row passed without its event) is dropped, logged and counted, and the
+// rest inserted at once: rows is changed in place.
 func insertRetrying(ctx context.Context, w Writer, cfg Config, m *Metrics, log *slog.Logger, rows []event.Stored, attempted, retrying func()) bool {
 	backoff := cfg.MinBackoff
 	for attempt := 1; ; attempt++ {
@@ -316,6 +325,13 @@ func insertRetrying(ctx context.Context, w Writer, cfg Config, m *Metrics, log *
 		cancel()
 		if attempted != nil {
 			attempted()
+		}
+		if rest, dropped := dropUndecodable(rows, err, m, log); dropped {
+			if rows = rest; len(rows) == 0 {
+				return true
+			}
+			attempt--
+			continue
 		}
 		if err == nil {
 			m.duration.Observe(time.Since(start).Seconds())
@@ -341,6 +357,23 @@ func insertRetrying(ctx context.Context, w Writer, cfg Config, m *Metrics, log *
 		}
 		backoff = min(2*backoff, cfg.MaxBackoff)
 	}
+}
+
+// dropUndecodable removes from rows the one err refuses as undecodable,
+// if err is such a refusal of a row passed without its event; dropped
+// reports whether it did.
+func dropUndecodable(rows []event.Stored, err error, m *Metrics, log *slog.Logger) (rest []event.Stored, dropped bool) {
+	var bad *event.UndecodableError
+	if !errors.As(err, &bad) {
+		return rows, false
+	}
+	i := slices.IndexFunc(rows, func(r event.Stored) bool { return r.Seq == bad.Seq && r.Event == nil })
+	if i < 0 {
+		return rows, false
+	}
+	m.errors.WithLabelValues("decode").Inc()
+	log.Error("clickhouse ingest: undecodable message dropped", "seq", bad.Seq, "subject", rows[i].Subject, "err", bad.Err)
+	return slices.Delete(rows, i, i+1), true
 }
 
 // ack acknowledges a committed batch: one ack per message, the last one

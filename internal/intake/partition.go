@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/series"
 )
 
@@ -75,6 +76,9 @@ type partition struct {
 	// The intake entry last read back for the aggregator (see reader).
 	readSeq  uint64
 	readRaws [][]byte
+	// dec decodes each occurrence into one event, reused: nothing the
+	// fold keeps or publishes later holds the event itself (see occur).
+	dec event.Decoder
 	// Ticks: when the last one was put in the log, and whether it is still
 	// to be consumed.
 	tickAt       time.Time

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
-	"github.com/eventgate/eventgate/internal/event"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/jetstream/wire"
 	"github.com/eventgate/eventgate/internal/series"
@@ -199,8 +198,11 @@ type occ struct {
 func (pt *partition) occur(o occ) error {
 	pos := position(o.seq, o.k)
 	// Aliased: the occurrence's bytes are its Created write, kept until
-	// stored anyway; what the aggregator keeps longer it copies.
-	ev, err := event.UnmarshalAliased(o.raw)
+	// stored anyway; what the aggregator keeps longer it copies. Decoded
+	// into the partition's reused event: its writes are published (their
+	// subjects and headers built, an event without its bytes encoded)
+	// before occur returns, and a decision keeps only strings of o.raw.
+	ev, err := pt.dec.DecodeAliased(o.raw)
 	if err != nil {
 		// Not an occurrence; it still takes its place in the log.
 		pt.log.Error("undecodable intake occurrence skipped", "seq", o.seq, "occurrence", o.k, "err", err)
