@@ -18,13 +18,19 @@ func TestDecoderReusesItsEventWithoutCarryingFieldsOver(t *testing.T) {
 	var d Decoder
 	for i := 0; i < 2000; i++ {
 		want := storedLike(rng)
-		switch rng.IntN(4) {
+		switch rng.IntN(5) {
 		case 0:
 			want.Related = nil
 		case 1:
 			want.Series, want.Annotations = nil, nil
 		case 2:
 			want.Tenant, want.EventTime = nil, nil
+		case 3:
+			want.Regarding = nil
+		case 4:
+			if want.Series != nil {
+				want.Series.LastObservedTime = nil
+			}
 		}
 		b, err := Marshal(want)
 		if err != nil {
@@ -40,6 +46,8 @@ func TestDecoderReusesItsEventWithoutCarryingFieldsOver(t *testing.T) {
 		for name, absent := range map[string]bool{
 			"related": want.Related == nil && got.Related != nil, "series": want.Series == nil && got.Series != nil,
 			"tenant": want.Tenant == nil && got.Tenant != nil, "eventTime": want.EventTime == nil && got.EventTime != nil,
+			"regarding":        want.Regarding == nil && got.Regarding != nil,
+			"lastObservedTime": want.GetSeries().GetLastObservedTime() == nil && got.GetSeries().GetLastObservedTime() != nil,
 		} {
 			if absent {
 				t.Fatalf("event %d: %s is absent from the bytes and set in the decoded event", i, name)
