@@ -126,17 +126,22 @@ func roundTripRows() []Row {
 	return rows
 }
 
+// roundTripConfig is a store's configuration whose TTLs keep every row of
+// roundTripRows: long enough for the rows of 1900 and 1970.
+func roundTripConfig() Config {
+	cfg := DefaultConfig()
+	cfg.Database = ""
+	cfg.TenantTTL = map[string]time.Duration{"organization/*": 24 * time.Hour, "global": maxTTL - time.Second, "user/old": maxTTL}
+	return cfg
+}
+
 // TestNativeInsertRoundTrip inserts varied rows through the chDB
 // transport's typed Native block and compares every column a query
 // returns with what the rows contained, and with what the previous
 // encoding (encodeNativeRows) stores for the same rows.
 func TestNativeInsertRoundTrip(t *testing.T) {
 	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
-		cfg := DefaultConfig()
-		cfg.Database = ""
-		// Long enough for the rows of 1900 and 1970 to be kept.
-		cfg.TenantTTL = map[string]time.Duration{"organization/*": 24 * time.Hour, "global": maxTTL - time.Second, "user/old": maxTTL}
-		s := open(cfg)
+		s := open(roundTripConfig())
 		ctx := context.Background()
 		rows := roundTripRows()
 		if err := s.Insert(ctx, rows); err != nil {
@@ -338,10 +343,7 @@ func BenchmarkEncodeBatch(b *testing.B) {
 // naming its seq, and store nothing.
 func TestInsertDecodesRowsPassedWithoutTheirEvents(t *testing.T) {
 	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
-		cfg := DefaultConfig()
-		cfg.Database = ""
-		cfg.TenantTTL = map[string]time.Duration{"organization/*": 24 * time.Hour, "global": maxTTL - time.Second, "user/old": maxTTL}
-		s := open(cfg)
+		s := open(roundTripConfig())
 		ctx := context.Background()
 		rows := roundTripRows()
 		for i := range rows {

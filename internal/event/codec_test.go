@@ -245,6 +245,8 @@ func BenchmarkUnmarshal(b *testing.B) {
 	}
 	benchEach(b, "event", func(i int) error { _, err := Unmarshal(bufs[i%len(bufs)]); return err })
 	benchEach(b, "aliased", func(i int) error { _, err := UnmarshalAliased(bufs[i%len(bufs)]); return err })
+	var d Decoder
+	benchEach(b, "decoder", func(i int) error { _, err := d.DecodeAliased(bufs[i%len(bufs)]); return err })
 	benchEach(b, "protobuf-go", func(i int) error { return proto.Unmarshal(bufs[i%len(bufs)], &eventgatev1.Event{}) })
 }
 

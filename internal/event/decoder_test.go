@@ -62,17 +62,3 @@ func TestDecoderReusesItsEventWithoutCarryingFieldsOver(t *testing.T) {
 		}
 	}
 }
-
-func BenchmarkDecoder(b *testing.B) {
-	rng := rand.New(rand.NewPCG(7, 8))
-	var bufs [][]byte
-	for i := 0; i < 64; i++ {
-		ev := storedLike(rng)
-		ev.Series, ev.Metadata = nil, nil
-		buf, _ := Marshal(ev)
-		bufs = append(bufs, buf)
-	}
-	benchEach(b, "aliased", func(i int) error { _, err := UnmarshalAliased(bufs[i%len(bufs)]); return err })
-	var d Decoder
-	benchEach(b, "decoder", func(i int) error { _, err := d.DecodeAliased(bufs[i%len(bufs)]); return err })
-}
