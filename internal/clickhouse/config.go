@@ -50,6 +50,12 @@ type Config struct {
 	// threads, merges first (chdb.Options.BackgroundNice). Queries keep the
 	// normal priority. Ignored with a DSN: the server does the work there.
 	IngestNice int `yaml:"ingestNice"`
+	// BackgroundIdle runs the embedded engine's background threads (merges
+	// first) under Linux's SCHED_IDLE policy rather than at IngestNice:
+	// they get the CPU only when nothing else of the machine wants it, and
+	// a thread that wakes takes it from them at once (default true in
+	// DefaultConfig). Ignored with a DSN.
+	BackgroundIdle bool `yaml:"backgroundIdle"`
 	// RollupInterval is how often closed hours are rolled up for analytics
 	// (rollup.go; default 1 minute in DefaultConfig, 0 = never: analytics
 	// then read the per-minute tables only).
@@ -95,11 +101,12 @@ const (
 // 90 days.
 func DefaultConfig() Config {
 	return Config{
-		Database:   DefaultDatabase,
-		TTL:        DefaultTTL,
-		BatchSize:  DefaultBatchSize,
-		BatchWait:  DefaultBatchWait,
-		IngestNice: DefaultIngestNice,
+		Database:       DefaultDatabase,
+		TTL:            DefaultTTL,
+		BatchSize:      DefaultBatchSize,
+		BatchWait:      DefaultBatchWait,
+		IngestNice:     DefaultIngestNice,
+		BackgroundIdle: true,
 
 		RollupInterval: DefaultRollupInterval,
 		SlowRead:       DefaultSlowRead,

@@ -216,6 +216,9 @@ func TestIngestNiceConfig(t *testing.T) {
 	if got := DefaultConfig().IngestNice; got != 10 {
 		t.Errorf("default IngestNice %d", got)
 	}
+	if !DefaultConfig().BackgroundIdle {
+		t.Error("default BackgroundIdle false: background merges should run under SCHED_IDLE")
+	}
 	for _, tc := range []struct {
 		nice int
 		ok   bool

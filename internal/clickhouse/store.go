@@ -104,7 +104,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 // store on it; the store owns the engine.
 func openEmbedded(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 	e, err := chdb.Open(chdb.Options{LibPath: cfg.ChDBLib, DataDir: cfg.DataDir, PoolSize: cfg.PoolSize,
-		InsertNice: cfg.IngestNice, BackgroundNice: cfg.IngestNice})
+		InsertNice: cfg.IngestNice, BackgroundNice: cfg.IngestNice, BackgroundIdle: cfg.BackgroundIdle})
 	if err != nil {
 		if errors.Is(err, chdb.ErrLibraryNotFound) {
 			return nil, fmt.Errorf("clickhouse: the embedded engine is not available: %w "+

@@ -108,6 +108,13 @@ type Options struct {
 	// own upkeep yields to the process's other work when the CPUs are
 	// saturated. Raising a nice value needs no privilege.
 	BackgroundNice int
+	// BackgroundIdle puts the background threads under the SCHED_IDLE
+	// policy instead (BackgroundNice is then moot): a thread of the
+	// process that wakes preempts them at once, where a nice value only
+	// shares the CPU by weight and lets a merge finish its time slice
+	// first. Every wake-up on the serving path would otherwise wait up to
+	// a slice behind a merge. Lowering a policy needs no privilege.
+	BackgroundIdle bool
 }
 
 // Result is the outcome of one statement.
@@ -228,8 +235,8 @@ func Open(opts Options) (*Engine, error) {
 	if n := min(opts.InsertNice, 19); n > 0 {
 		e.insertSettings = ", os_thread_priority = " + strconv.Itoa(n)
 	}
-	if n := min(opts.BackgroundNice, 19); n > 0 {
-		go e.reniceLoop(n)
+	if n := min(opts.BackgroundNice, 19); n > 0 || opts.BackgroundIdle {
+		go e.reniceLoop(n, opts.BackgroundIdle)
 	}
 	proc.dataDir = dataDir
 	proc.engines++

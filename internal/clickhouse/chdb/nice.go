@@ -20,12 +20,17 @@ var BackgroundThreads = []string{"MergeMutate", "Move", "Fetch", "Common", "BgSc
 // engine starts them lazily.
 const reniceInterval = time.Second
 
-// reniceLoop keeps the engine's background threads at nice until Close.
-func (e *Engine) reniceLoop(nice int) {
+// reniceLoop keeps the engine's background threads at nice, or under
+// SCHED_IDLE when idle, until Close.
+func (e *Engine) reniceLoop(nice int, idle bool) {
 	t := time.NewTicker(reniceInterval)
 	defer t.Stop()
 	for {
-		reniceBackground(nice)
+		if idle {
+			idleBackground()
+		} else {
+			reniceBackground(nice)
+		}
 		select {
 		case <-e.done:
 			return
@@ -38,11 +43,34 @@ func (e *Engine) reniceLoop(nice int) {
 // engine threads to nice where it is lower, and returns how many threads
 // it changed.
 func reniceBackground(nice int) int {
+	return eachBackground(func(tid int) (bool, error) { return RaiseNice(tid, nice) })
+}
+
+// idleBackground puts this process's background engine threads under the
+// SCHED_IDLE policy where they are not already, and returns how many
+// threads it changed.
+func idleBackground() int { return eachBackground(SetIdle) }
+
+// eachBackground calls set on every background engine thread of this
+// process and returns how many it changed.
+func eachBackground(set func(tid int) (bool, error)) int {
+	n := 0
+	for _, tid := range backgroundThreads() {
+		if changed, err := set(tid); err == nil && changed {
+			n++
+		}
+	}
+	return n
+}
+
+// backgroundThreads lists the ids of this process's background engine
+// threads (BackgroundThreads).
+func backgroundThreads() []int {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
-		return 0
+		return nil
 	}
-	n := 0
+	var tids []int
 	for _, task := range tasks {
 		tid, err := strconv.Atoi(task.Name())
 		if err != nil {
@@ -52,11 +80,25 @@ func reniceBackground(nice int) int {
 		if err != nil || !isBackground(strings.TrimSpace(string(comm))) {
 			continue
 		}
-		if changed, err := RaiseNice(tid, nice); err == nil && changed {
-			n++
-		}
+		tids = append(tids, tid)
 	}
-	return n
+	return tids
+}
+
+// SetIdle puts Linux thread tid under the SCHED_IDLE policy unless it is
+// already, and reports whether it changed it.
+func SetIdle(tid int) (bool, error) {
+	attr, err := unix.SchedGetAttr(tid, 0)
+	if err != nil {
+		return false, fmt.Errorf("thread %d scheduling policy: %w", tid, err)
+	}
+	if attr.Policy == unix.SCHED_IDLE {
+		return false, nil
+	}
+	if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_IDLE}, 0); err != nil {
+		return false, fmt.Errorf("thread %d to SCHED_IDLE: %w", tid, err)
+	}
+	return true, nil
 }
 
 // RaiseNice sets Linux thread tid's nice value to nice unless it is

@@ -15,17 +15,8 @@ import (
 // of this process.
 func backgroundNices(t *testing.T) map[int]int {
 	t.Helper()
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
 	nices := map[int]int{}
-	for _, task := range tasks {
-		tid, _ := strconv.Atoi(task.Name())
-		comm, err := os.ReadFile("/proc/self/task/" + task.Name() + "/comm")
-		if err != nil || !isBackground(strings.TrimSpace(string(comm))) {
-			continue
-		}
+	for _, tid := range backgroundThreads() {
 		prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
 		if err != nil {
 			continue // the thread ended
@@ -87,5 +78,73 @@ func TestThreadPriorities(t *testing.T) {
 			t.Fatalf("background threads (tid: nice) %v: want all at nice 7 or above", nices)
 		}
 		time.Sleep(reniceInterval / 4)
+	}
+}
+
+// backgroundPolicies returns the scheduling policy of every background
+// engine thread of this process.
+func backgroundPolicies(t *testing.T) map[int]uint32 {
+	t.Helper()
+	policies := map[int]uint32{}
+	for _, tid := range backgroundThreads() {
+		attr, err := unix.SchedGetAttr(tid, 0)
+		if err != nil {
+			continue // the thread ended
+		}
+		policies[tid] = attr.Policy
+	}
+	return policies
+}
+
+// TestBackgroundThreadsIdle: with BackgroundIdle, every background engine
+// thread (merges, moves, schedulers) ends up under SCHED_IDLE, and the
+// statements' threads do not: a query still runs at the normal policy.
+func TestBackgroundThreadsIdle(t *testing.T) {
+	engine(t)
+	e, err := Open(Options{DataDir: testDataDir, PoolSize: 1, BackgroundIdle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+
+	mustExec(t, e, "CREATE TABLE idle_out (id UInt64) ENGINE = MergeTree ORDER BY id")
+	defer mustExec(t, e, "DROP TABLE idle_out")
+	for i := range 3 { // parts to merge: background threads at work
+		if err := e.InsertFile(ctx, "idle_out", nil, "JSONEachRow", []byte(`{"id":`+strconv.Itoa(i)+`}`+"\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		policies := backgroundPolicies(t)
+		other := 0
+		for _, p := range policies {
+			if p != unix.SCHED_IDLE {
+				other++
+			}
+		}
+		if len(policies) > 0 && other == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("background threads (tid: policy) %v: want all under SCHED_IDLE (%d)", policies, unix.SCHED_IDLE)
+		}
+		time.Sleep(reniceInterval / 4)
+	}
+	// Nothing else is: the Go runtime's threads and the statements' pool.
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(task.Name())
+		comm, err := os.ReadFile("/proc/self/task/" + task.Name() + "/comm")
+		if err != nil || isBackground(strings.TrimSpace(string(comm))) {
+			continue
+		}
+		if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy == unix.SCHED_IDLE {
+			t.Errorf("thread %d (%s) is under SCHED_IDLE: only background threads should be", tid, strings.TrimSpace(string(comm)))
+		}
 	}
 }

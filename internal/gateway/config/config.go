@@ -327,6 +327,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.IntVar(&c.ClickHouse.BatchSize, "ingest-batch-size", c.ClickHouse.BatchSize, "events per ClickHouse insert")
 	fs.DurationVar(&c.ClickHouse.BatchWait, "ingest-batch-wait", c.ClickHouse.BatchWait, "longest wait before a partial batch is inserted")
 	fs.IntVar(&c.ClickHouse.IngestNice, "ingest-nice", c.ClickHouse.IngestNice, "nice value (0-19, 0 = off) of the embedded ClickHouse's ingest (batch encoding, inserts, background merges), so that emit and watch get the CPU first")
+	fs.BoolVar(&c.ClickHouse.BackgroundIdle, "background-idle", c.ClickHouse.BackgroundIdle, "run the embedded ClickHouse's background merges under SCHED_IDLE, so that a waking emit or watch preempts them at once (false: at --ingest-nice)")
 	fs.DurationVar(&c.ClickHouse.SlowRead, "clickhouse-slow-read", c.ClickHouse.SlowRead, "log every read of ClickHouse that takes at least this long, with the embedded engine's own time on it and its wait for a connection (0 = never)")
 	fs.DurationVar(&c.Ingest.AckWait, "ingest-ack-wait", c.Ingest.AckWait, "with a shared ClickHouse (--clickhouse-dsn), how long an event handed to a gateway's ingest may stay unacknowledged before another gateway (or a restart) takes it over (default 60s)")
 	fs.DurationVar(&c.Ingest.ConsumerTTL, "ingest-consumer-ttl", c.Ingest.ConsumerTTL, "deprecated, no effect: the embedded engine is filled from the replica's live feed and leaves no consumer on the NATS servers")
