@@ -37,14 +37,17 @@ func Msg(w wire.Write) (*nats.Msg, error) {
 	}
 	m := nats.NewMsg(event.SubjectOf(w.Event))
 	m.Data = data
+	// The keys are constants in the canonical form Header.Get looks up
+	// (TestWriteMessageCarriesEveryHeader reads each back with Get): set
+	// directly, without Header.Set canonicalizing them at every write.
 	if w.ID != "" {
-		m.Header.Set(jetstream.MsgIDHeader, w.ID)
+		m.Header[jetstream.MsgIDHeader] = []string{w.ID}
 	}
 	if w.Reason != "" {
-		m.Header.Set(wire.HeaderWriteReason, w.Reason)
+		m.Header[wire.HeaderWriteReason] = []string{w.Reason}
 	}
 	if len(w.Minutes) > 0 {
-		m.Header.Set(wire.HeaderSeriesMinutes, wire.FormatMinutes(w.Minutes))
+		m.Header[wire.HeaderSeriesMinutes] = []string{wire.FormatMinutes(w.Minutes)}
 	}
 	if w.Trace != nil {
 		traceContext.Inject(w.Trace, propagation.HeaderCarrier(m.Header))
