@@ -138,7 +138,7 @@ func (s *Store) buildHours(ctx context.Context, now int64, hours []time.Time) er
 		"SELECT d0 AS tenant_type, d1 AS tenant_name, d2 AS ttl, d3 AS type, toDateTime(toStartOfHour(t), 'UTC') AS hour, " +
 		"arrayJoin([" + strings.Join(pairs, ", ") + "]) AS dv, dv.1 AS dim, dv.2 AS value, c FROM (" + occ + ")" +
 		") GROUP BY GROUPING SETS ((tenant_type, tenant_name, dim, hour, type, value), (dim, hour, type, value)))" +
-		" SETTINGS " + finalSettings
+		" SETTINGS " + finalSettings + s.finalThreads
 	if err := s.t.exec(ctx, sql, p.m); err != nil {
 		return fmt.Errorf("clickhouse: rollup: build %d hours from %s: %w", len(hours), hours[0].Format(time.RFC3339), err)
 	}

@@ -49,6 +49,9 @@ type Store struct {
 	// inOrderSettings are more settings for a read in key order (see
 	// Open), without SETTINGS.
 	inOrderSettings string
+	// finalThreads is the setting of a FINAL read's threads, after ", "
+	// (see Open); empty: the engine's default.
+	finalThreads string
 	// eventsOnly makes listings read the events table only (benchmarks
 	// and tests compare it with the analytics_events index).
 	eventsOnly bool
@@ -231,6 +234,26 @@ func open(ctx context.Context, cfg Config, log *slog.Logger, t transport) (*Stor
 		return nil, fmt.Errorf("clickhouse: read settings: %w", err)
 	} else if ok {
 		s.inOrderSettings = " read_in_order_use_buffering = 0"
+	}
+	// A FINAL read merges the versions of the parts its range spans; in
+	// parallel (max_final_threads, the cores by default) every thread
+	// holds a stream of each part. On the embedded engine that doubled
+	// what a read over a busy hour held (facets over every tenant after a
+	// write phase: 440 MiB against 110 MiB more resident memory) and was
+	// no faster on two cores, where the write path needs the other one:
+	// one thread there. A server's cores are its own.
+	if t.kind() == "chdb" {
+		if ok, err := s.hasSetting(ctx, "max_final_threads"); err != nil {
+			t.close()
+			return nil, fmt.Errorf("clickhouse: read settings: %w", err)
+		} else if ok {
+			s.finalThreads = ", max_final_threads = 1"
+			if s.selectSettings == "" {
+				s.selectSettings = " SETTINGS max_final_threads = 1"
+			} else {
+				s.selectSettings += s.finalThreads
+			}
+		}
 	}
 	if cfg.RollupInterval > 0 {
 		s.startRollup(cfg.RollupInterval)
