@@ -29,7 +29,11 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		batches: prometheus.NewCounter(prometheus.CounterOpts{Name: "eventgate_clickhouse_ingest_batches_total",
 			Help: "Batches inserted into ClickHouse by this gateway."}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eventgate_clickhouse_ingest_insert_duration_seconds",
-			Help: "Duration of successful batch inserts.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
+			Help: "Duration of successful batch inserts.",
+			// Steps of about 1.5x from 1 ms to 32 s: an insert's p99 sits
+			// between 0.2 and 2 s, where doubling steps told 0.5 from 1 s
+			// and little else.
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 32, 27)}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eventgate_clickhouse_ingest_pending",
 			Help: "Stream messages not yet acknowledged by the ingest consumer (undelivered + in flight)."}),
 		oldestAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eventgate_clickhouse_ingest_oldest_age_seconds",
