@@ -176,6 +176,7 @@ var migrations = []migration{
 	{7, "events: event_time minmax index for reads by uid in a time range", eventTimeIndexMigration},
 	{8, "merges column by column", writeMemoryMigration},
 	{9, "merges of more parts at once: fewer rewrites of each row", mergeFanInMigration},
+	{10, "events: the ingest's parts in one file", compactInsertsMigration},
 }
 
 // writeMemoryTables are the tables every insert writes a part to (events
@@ -222,6 +223,20 @@ func mergeFanInMigration(d ddl) []string {
 		stmts = append(stmts, "ALTER TABLE "+d.table(t)+d.onCluster()+" MODIFY SETTING "+mergeFanInSetting)
 	}
 	return stmts
+}
+
+// compactInsertSetting keeps a part of events below this many rows in one
+// file (compact) whatever its bytes. An insert of the ingest's batch
+// (20,000 events of ~600 bytes) passed the engine's 10 MiB for a part of
+// a file per column (wide), and writing one holds buffers of about 4 MiB
+// for each of its ~60 column streams: 256 MiB of the engine's memory per
+// insert, against 87 MiB compact, in about the same time
+// (BENCHMARKS.md, session 46). Merges of five inserts and more, which
+// reads open for longer, are wide as before.
+const compactInsertSetting = "min_rows_for_wide_part = 100000"
+
+func compactInsertsMigration(d ddl) []string {
+	return []string{"ALTER TABLE " + d.table("events") + d.onCluster() + " MODIFY SETTING " + compactInsertSetting}
 }
 
 // eventTimeIndexMigration indexes each granule of events by its event_time

@@ -1,0 +1,76 @@
+package clickhouse
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
+	"github.com/eventgate/eventgate/internal/event"
+)
+
+// TestIngestBatchOfEventsIsWrittenCompact: an insert of the ingest's batch
+// size of realistic events (over the engine's 10 MiB for a part of a file
+// per column) writes a compact part of events, on a new store and on a
+// store created before migration 10 once this build opens it.
+func TestIngestBatchOfEventsIsWrittenCompact(t *testing.T) {
+	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
+		ctx := context.Background()
+		cfg := DefaultConfig()
+		cfg.Database = ""
+		s := open(cfg)
+		now := time.Now()
+		seq := uint64(0)
+		insert := func(when string) {
+			t.Helper()
+			rows := make([]Row, cfg.BatchSize)
+			for i := range rows {
+				ev := chtest.RealisticEvent(int(seq), 1000, now)
+				ev.Series = nil
+				raw, err := event.Marshal(ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seq++
+				rows[i] = Row{Seq: seq, Subject: event.SubjectOf(ev), Event: ev, StoredAt: now, Raw: raw, WriteReason: "created"}
+			}
+			if err := s.Insert(ctx, rows); err != nil {
+				t.Fatalf("%s: insert: %v", when, err)
+			}
+			rs, err := s.t.query(ctx, "SELECT part_type, toUInt64(rows), toUInt64(data_uncompressed_bytes) FROM system.parts "+
+				"WHERE active AND database = {db:String} AND table = 'events' ORDER BY modification_time DESC, name DESC LIMIT 1",
+				map[string]string{"db": s.cfg.Database})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rs.Close()
+			if !rs.Next() {
+				t.Fatalf("%s: no part of events", when)
+			}
+			var typ string
+			var n, bytes uint64
+			if err := rs.Scan(&typ, &n, &bytes); err != nil {
+				t.Fatal(err)
+			}
+			if bytes < 10<<20 {
+				t.Fatalf("%s: the batch's part holds %d bytes, not over the engine's 10 MiB for a wide part: the test proves nothing", when, bytes)
+			}
+			if typ != "Compact" {
+				t.Fatalf("%s: the part of %d rows (%d bytes) is %s, want Compact", when, n, bytes, typ)
+			}
+		}
+		insert("a new store")
+
+		// Back to schema 9: the engine's default.
+		for _, q := range []string{
+			"ALTER TABLE " + s.ddl.table("events") + " RESET SETTING min_rows_for_wide_part",
+			"ALTER TABLE " + s.ddl.table("schema_migrations") + " DELETE WHERE version = 10 SETTINGS mutations_sync = 1",
+		} {
+			if err := s.t.exec(ctx, q, nil); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		s = open(cfg)
+		insert("a store of schema 9, reopened")
+	})
+}
