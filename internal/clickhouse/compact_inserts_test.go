@@ -3,10 +3,6 @@ package clickhouse
 import (
 	"context"
 	"testing"
-	"time"
-
-	"github.com/eventgate/eventgate/internal/clickhouse/chtest"
-	"github.com/eventgate/eventgate/internal/event"
 )
 
 // TestIngestBatchOfEventsIsWrittenCompact: an insert of the ingest's batch
@@ -19,21 +15,9 @@ func TestIngestBatchOfEventsIsWrittenCompact(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Database = ""
 		s := open(cfg)
-		now := time.Now()
-		seq := uint64(0)
+		rows := distinctRows(t, cfg.BatchSize)
 		insert := func(when string) {
 			t.Helper()
-			rows := make([]Row, cfg.BatchSize)
-			for i := range rows {
-				ev := chtest.RealisticEvent(int(seq), 1000, now)
-				ev.Series = nil
-				raw, err := event.Marshal(ev)
-				if err != nil {
-					t.Fatal(err)
-				}
-				seq++
-				rows[i] = Row{Seq: seq, Subject: event.SubjectOf(ev), Event: ev, StoredAt: now, Raw: raw, WriteReason: "created"}
-			}
 			if err := s.Insert(ctx, rows); err != nil {
 				t.Fatalf("%s: insert: %v", when, err)
 			}

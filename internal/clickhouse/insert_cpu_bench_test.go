@@ -155,7 +155,7 @@ func processCPU() time.Duration {
 
 // distinctRows are n rows of distinct realistic events over 1,000 tenants,
 // stored as new (no series), as the ingest inserts them.
-func distinctRows(b *testing.B, n int) []Row {
+func distinctRows(b testing.TB, n int) []Row {
 	rows := make([]Row, n)
 	now := time.Now()
 	for i := range rows {
