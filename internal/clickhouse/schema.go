@@ -177,6 +177,7 @@ var migrations = []migration{
 	{8, "merges column by column", writeMemoryMigration},
 	{9, "merges of more parts at once: fewer rewrites of each row", mergeFanInMigration},
 	{10, "events: the ingest's parts in one file", compactInsertsMigration},
+	{11, "events: merges of at most 20 parts", mergePartsMigration},
 }
 
 // writeMemoryTables are the tables every insert writes a part to (events
@@ -237,6 +238,19 @@ const compactInsertSetting = "min_rows_for_wide_part = 100000"
 
 func compactInsertsMigration(d ddl) []string {
 	return []string{"ALTER TABLE " + d.table("events") + d.onCluster() + " MODIFY SETTING " + compactInsertSetting}
+}
+
+// mergePartsSetting bounds the parts of events one merge reads: a merge
+// holds a buffer for each part it reads (a granule of every column, up to
+// 10 MiB of events, for compact parts; a column at a time for wide ones).
+// When the merges fell behind a write burst the engine merged up to its
+// default 100 parts at once, and one such merge held 375 MiB, the largest
+// part of the process's resident peak; at most 20 parts, the largest merge
+// of a write phase held 196 MiB (BENCHMARKS.md, session 47).
+const mergePartsSetting = "max_parts_to_merge_at_once = 20"
+
+func mergePartsMigration(d ddl) []string {
+	return []string{"ALTER TABLE " + d.table("events") + d.onCluster() + " MODIFY SETTING " + mergePartsSetting}
 }
 
 // eventTimeIndexMigration indexes each granule of events by its event_time
