@@ -26,19 +26,30 @@ import (
 // A memory budget bounds the whole process: every budgetInterval the
 // gateway reads its resident set, subtracts what Go's runtime holds
 // (mapped and not returned: what the Go limit counts), and sets the Go limit
-// to the budget less the rest. The engine's memory jumps within an insert,
-// faster than the collector can give way, so the rest is taken at its
-// recent high: it follows a rise at once and falls back by budgetDecay a
-// second. The Go side gives way while the engine holds more, down to half
-// its configured limit (below that the collector would run back to back
-// over the live heap), and takes it back when the engine has held less for
-// a while. The limit never rises above the configured one.
+// to the budget less the rest. The engine's memory jumps within an insert
+// or a merge, faster than the collector can give way, so the rest is taken
+// at its recent high (it follows a rise at once and falls back by
+// budgetDecay a second) plus budgetMargin, for what the process adds
+// before the Go side gives way to a new high, and at least budgetReserve.
+// The Go side gives way while the engine holds more, down to half its
+// configured limit (below that the collector would run back to back over
+// the live heap), and takes it back when the engine has held less for a
+// while. The limit never rises above the configured one.
 
 // budgetInterval is how often the Go limit follows the budget: the engine's
-// memory moves with its inserts (every --ingest-batch-wait) and merges.
-const budgetInterval = 250 * time.Millisecond
+// memory moves with its inserts (every --ingest-batch-wait) and merges, by
+// up to 160 MiB within 100 ms. A reading costs tens of microseconds.
+const budgetInterval = 100 * time.Millisecond
 
-// budgetReserve is the least the budget keeps for memory outside Go, so
+// budgetMargin is what the Go limit leaves below the budget for what the
+// process adds between a new high outside Go and the Go side giving way
+// (a reading, then a collection): at 250 ms readings and no margin, the
+// peak of a full write phase on a 10M-event store was 1,587–1,611 MiB
+// against the 1,536 MiB budget (BENCHMARKS.md, sessions 46–47).
+const budgetMargin = 64 << 20
+
+// budgetReserve is the least the budget keeps for memory outside Go (the
+// margin included), so
 // that the Go side is within its share before the engine's first burst:
 // the library's pages (~200 MiB) and what the engine holds under a full
 // ingest (in two full write phases on 2 cores, four readings a second, the
@@ -67,12 +78,14 @@ type memoryBudget struct {
 	ceiling int64 // the configured Go limit: the Go limit never goes above it
 	floor   int64 // the Go limit never goes below it
 	reserve int64 // bytes kept for memory outside Go at the least
+	margin  int64 // bytes the Go limit leaves below the budget besides
 }
 
 // goLimit is the Go memory limit that keeps the process within its budget
-// while it holds outside bytes resident beside Go's runtime.
-func (b memoryBudget) goLimit(outside int64) int64 {
-	return min(max(b.budget-outside, b.floor), b.ceiling)
+// while it holds up to high bytes resident beside Go's runtime: it leaves
+// them and the margin, and at least the reserve.
+func (b memoryBudget) goLimit(high int64) int64 {
+	return min(max(b.budget-max(high+b.margin, b.reserve), b.floor), b.ceiling)
 }
 
 // newMemoryBudget is the budget cfg sets for a process whose Go limit is
@@ -93,7 +106,7 @@ func newMemoryBudget(cfg config.Config, goLimit int64) (memoryBudget, bool) {
 		}
 		budget = goLimit + defaultBudgetHeadroom
 	}
-	b := memoryBudget{budget: budget, ceiling: goLimit, floor: goLimit / 2}
+	b := memoryBudget{budget: budget, ceiling: goLimit, floor: goLimit / 2, margin: budgetMargin}
 	if cfg.ClickHouse.DSN == "" {
 		b.reserve = budgetReserve
 	}
@@ -130,7 +143,7 @@ func (f *budgetFollower) step() error {
 	}
 	goHeld := int64(f.samples[0].Value.Uint64() - f.samples[1].Value.Uint64())
 	f.outside = max(rss-goHeld, 0)
-	f.high = max(f.outside, f.high-f.decay, f.b.reserve)
+	f.high = max(f.outside, f.high-f.decay)
 	if want := f.b.goLimit(f.high); abs64(want-f.limit) >= budgetStep || (want != f.limit && (want == f.b.ceiling || want == f.b.floor)) {
 		debug.SetMemoryLimit(want)
 		f.limit = want

@@ -20,8 +20,8 @@ func TestMemoryBudgetDefaultsLeaveTheEmbeddedEngineRoom(t *testing.T) {
 	const goLimit = 1 << 30
 	cfg := config.Default()
 	b, ok := newMemoryBudget(cfg, goLimit)
-	if !ok || b.budget != goLimit+512<<20 || b.ceiling != goLimit || b.floor != goLimit/2 || b.reserve != budgetReserve {
-		t.Errorf("embedded engine: budget %+v, %v; want 1.5 GiB, the Go limit 1 GiB down to 512 MiB, 704 MiB kept for the engine", b, ok)
+	if !ok || b.budget != goLimit+512<<20 || b.ceiling != goLimit || b.floor != goLimit/2 || b.reserve != budgetReserve || b.margin != budgetMargin {
+		t.Errorf("embedded engine: budget %+v, %v; want 1.5 GiB, the Go limit 1 GiB down to 512 MiB, 704 MiB kept for the engine, a 64 MiB margin", b, ok)
 	}
 	cfg.MemoryBudgetMiB = 2048
 	if b, ok := newMemoryBudget(cfg, goLimit); !ok || b.budget != 2048<<20 {
@@ -51,20 +51,24 @@ func TestMemoryBudgetDefaultsLeaveTheEmbeddedEngineRoom(t *testing.T) {
 }
 
 // TestGoLimitGivesWayToMemoryOutsideGo: the Go limit is the budget less
-// what the process holds outside Go's runtime, never above the configured
-// limit nor below its floor.
+// what the process holds outside Go's runtime and the margin (together at
+// least the reserve), never above the configured limit nor below its floor.
 func TestGoLimitGivesWayToMemoryOutsideGo(t *testing.T) {
-	b := memoryBudget{budget: 1536 << 20, ceiling: 1 << 30, floor: 512 << 20, reserve: 600 << 20}
+	b := memoryBudget{budget: 1536 << 20, ceiling: 1 << 30, floor: 512 << 20, reserve: 704 << 20, margin: 64 << 20}
 	for _, c := range []struct{ outside, want int64 }{
-		{0, 1 << 30},
-		{512 << 20, 1 << 30},
-		{700 << 20, 836 << 20},
+		{0, 832 << 20},         // the reserve
+		{512 << 20, 832 << 20}, // 576 with the margin: the reserve
+		{700 << 20, 772 << 20}, // 764 with the margin
 		{1 << 30, 512 << 20},
 		{4 << 30, 512 << 20},
 	} {
 		if got := b.goLimit(c.outside); got != c.want {
 			t.Errorf("outside %d MiB: Go limit %d MiB, want %d", c.outside>>20, got>>20, c.want>>20)
 		}
+	}
+	b.budget = 2560 << 20
+	if got := b.goLimit(512 << 20); got != 1<<30 {
+		t.Errorf("a 2.5 GiB budget, 512 MiB outside: Go limit %d MiB, want the configured 1024", got>>20)
 	}
 }
 
