@@ -58,3 +58,59 @@ func TestIngestBatchOfEventsIsWrittenCompact(t *testing.T) {
 		insert("a store of schema 9, reopened")
 	})
 }
+
+// TestMergesPastTheIngestBatchWriteWideParts: parts of events merged into
+// more rows than the ingest's largest insert are written wide, so the
+// engine merges them column by column; smaller merges stay compact.
+func TestMergesPastTheIngestBatchWriteWideParts(t *testing.T) {
+	eachTransport(t, func(t *testing.T, open func(Config) *Store) {
+		ctx := context.Background()
+		cfg := DefaultConfig()
+		cfg.Database = ""
+		s := open(cfg)
+		const partRows = 5000
+		rows := distinctRows(t, cfg.BatchSize+partRows)
+		exec := func(q string) {
+			t.Helper()
+			if err := s.t.exec(ctx, q, nil); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		merged := func(parts int) (string, uint64) {
+			t.Helper()
+			exec("TRUNCATE TABLE " + s.ddl.table("events"))
+			exec("SYSTEM STOP MERGES " + s.ddl.table("events"))
+			for i := 0; i < parts; i++ {
+				if err := s.Insert(ctx, rows[i*partRows:(i+1)*partRows]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exec("SYSTEM START MERGES " + s.ddl.table("events"))
+			exec("OPTIMIZE TABLE " + s.ddl.table("events") + " FINAL")
+			rs, err := s.t.query(ctx, "SELECT part_type, toUInt64(rows) FROM system.parts "+
+				"WHERE active AND database = {db:String} AND table = 'events'", map[string]string{"db": s.cfg.Database})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rs.Close()
+			var typ string
+			var n uint64
+			for k := 0; rs.Next(); k++ {
+				if k > 0 {
+					t.Fatalf("%d parts merged into more than one part", parts)
+				}
+				if err := rs.Scan(&typ, &n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return typ, n
+		}
+		over := cfg.BatchSize/partRows + 1
+		if typ, n := merged(over); typ != "Wide" || n != uint64(over*partRows) {
+			t.Fatalf("%d parts of %d rows merged into a %s part of %d rows, want Wide of %d", over, partRows, typ, n, over*partRows)
+		}
+		if typ, n := merged(2); typ != "Compact" || n != 2*partRows {
+			t.Fatalf("2 parts of %d rows merged into a %s part of %d rows, want Compact of %d", partRows, typ, n, 2*partRows)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -178,6 +179,7 @@ var migrations = []migration{
 	{9, "merges of more parts at once: fewer rewrites of each row", mergeFanInMigration},
 	{10, "events: the ingest's parts in one file", compactInsertsMigration},
 	{11, "events: merges of at most 20 parts", mergePartsMigration},
+	{12, "events: merges past the ingest's batch column by column", wideMergesMigration},
 }
 
 // writeMemoryTables are the tables every insert writes a part to (events
@@ -232,8 +234,8 @@ func mergeFanInMigration(d ddl) []string {
 // a file per column (wide), and writing one holds buffers of about 4 MiB
 // for each of its ~60 column streams: 256 MiB of the engine's memory per
 // insert, against 87 MiB compact, in about the same time
-// (BENCHMARKS.md, session 46). Merges of five inserts and more, which
-// reads open for longer, are wide as before.
+// (BENCHMARKS.md, session 46). wideMergeSetting (migration 12) lowered
+// the threshold to just past the ingest's batch.
 const compactInsertSetting = "min_rows_for_wide_part = 100000"
 
 func compactInsertsMigration(d ddl) []string {
@@ -251,6 +253,22 @@ const mergePartsSetting = "max_parts_to_merge_at_once = 20"
 
 func mergePartsMigration(d ddl) []string {
 	return []string{"ALTER TABLE " + d.table("events") + d.onCluster() + " MODIFY SETTING " + mergePartsSetting}
+}
+
+// wideMergeSetting makes a part of events wide (a file per column) once it
+// holds more rows than the ingest's largest insert (DefaultBatchSize), in
+// place of compactInsertSetting's 100,000: the inserts stay compact, and
+// the merges of them past a batch are written wide. Only a merge into a
+// wide part runs column by column (writeMemorySettings); one into a
+// compact part reads every column of every part at once. At a write
+// phase's rate the ingest inserts parts of about 5,000 rows, and a merge of
+// 19 of them into a compact part held 227 MiB, of 10 141 MiB; into a wide
+// part, column by column, 154 (20 parts) and 105 MiB, in the same time
+// (BENCHMARKS.md, session 49).
+var wideMergeSetting = "min_rows_for_wide_part = " + strconv.Itoa(DefaultBatchSize+1)
+
+func wideMergesMigration(d ddl) []string {
+	return []string{"ALTER TABLE " + d.table("events") + d.onCluster() + " MODIFY SETTING " + wideMergeSetting}
 }
 
 // eventTimeIndexMigration indexes each granule of events by its event_time
