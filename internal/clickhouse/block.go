@@ -79,6 +79,9 @@ type eventBlock struct {
 	// keys sorts a map's keys (see appendMap).
 	keys []string
 	buf  chproto.Buffer
+	// slack counts the batches in a row that used less than a
+	// 1/shrinkRatio of the buffer the block grew to (see blockList.Put).
+	slack int
 }
 
 // eventBlocks keeps the blocks of the last batches, with their grown
@@ -93,6 +96,16 @@ const (
 	keptBlocks = 2
 	// maxKeptBlockBytes: a full batch of workload events encodes to ~6 MiB.
 	maxKeptBlockBytes = 64 << 20
+	// A kept block holds its columns at the size of the largest batch it
+	// took: after a burst of full batches (20,000 rows, ~35 MiB of columns
+	// and buffer each) they stayed in the heap under the smaller batches of
+	// a lighter load, 70 MiB of live heap that made the collector run more
+	// often. A block whose last shrinkAfter batches each encoded to less
+	// than 1/shrinkRatio of its buffer is let go, and the next batch grows
+	// a new one to its own size. Blocks below shrinkFloorBytes are kept.
+	shrinkRatio      = 4
+	shrinkAfter      = 8
+	shrinkFloorBytes = 4 << 20
 )
 
 type blockList struct{ free chan *eventBlock }
@@ -107,11 +120,18 @@ func (l blockList) Get() *eventBlock {
 	}
 }
 
-// Put keeps b for a later batch, unless keptBlocks are kept already or a
-// batch of unusually large events grew it past maxKeptBlockBytes.
+// Put keeps b for a later batch, unless keptBlocks are kept already, a
+// batch of unusually large events grew it past maxKeptBlockBytes, or its
+// batches have long been far smaller than it (shrinkAfter).
 func (l blockList) Put(b *eventBlock) {
-	if cap(b.buf.Buf) > maxKeptBlockBytes {
+	if c := cap(b.buf.Buf); c > maxKeptBlockBytes {
 		return
+	} else if c > shrinkFloorBytes && len(b.buf.Buf)*shrinkRatio < c {
+		if b.slack++; b.slack >= shrinkAfter {
+			return
+		}
+	} else {
+		b.slack = 0
 	}
 	select {
 	case l.free <- b:

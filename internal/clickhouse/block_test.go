@@ -379,3 +379,59 @@ func TestInsertDecodesRowsPassedWithoutTheirEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestKeptBlockIsLetGoWhenItsBatchesShrink: a block grown by full batches
+// is kept while batches fill it, and let go after shrinkAfter batches in a
+// row far smaller than it (a full batch among them starts the count again),
+// so that a burst's columns do not stay in the heap under a lighter load;
+// the next batch then grows a block to its own size.
+func TestKeptBlockIsLetGoWhenItsBatchesShrink(t *testing.T) {
+	ttls, err := newTTLTable(DefaultTTL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, small := encodeBenchRows(20_000), encodeBenchRows(500)
+	l := blockList{free: make(chan *eventBlock, 1)}
+	// batch builds and encodes rows as encodeNative does, in a block of l,
+	// and gives the block back to l as release does.
+	batch := func(rows []Row) *eventBlock {
+		blk := l.Get()
+		blk.reset()
+		for _, r := range rows {
+			if err := blk.appendRow(r, ttls); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := blk.encode(); err != nil {
+			t.Fatal(err)
+		}
+		l.Put(blk)
+		return blk
+	}
+	grown := batch(full)
+	if c := cap(grown.buf.Buf); c <= shrinkFloorBytes {
+		t.Fatalf("a full batch encoded into %d bytes, not above shrinkFloorBytes (%d): the test proves nothing", c, shrinkFloorBytes)
+	}
+	for range 2 {
+		for i := 1; i < shrinkAfter; i++ {
+			if blk := batch(small); blk != grown {
+				t.Fatalf("small batch %d of %d: the grown block was let go", i, shrinkAfter-1)
+			}
+		}
+		if blk := batch(full); blk != grown {
+			t.Fatal("a full batch after small ones: the grown block was let go")
+		}
+	}
+	for i := 1; i <= shrinkAfter; i++ {
+		if blk := batch(small); blk != grown {
+			t.Fatalf("small batch %d of %d: the grown block was let go before its last", i, shrinkAfter)
+		}
+	}
+	next := batch(small)
+	if next == grown {
+		t.Fatalf("the block grown by a full batch was kept after %d small batches in a row", shrinkAfter)
+	}
+	if c := cap(next.buf.Buf); c*shrinkRatio > cap(grown.buf.Buf) {
+		t.Errorf("the next block holds %d bytes for a batch of %d, not sized to it (the grown one %d)", c, len(next.buf.Buf), cap(grown.buf.Buf))
+	}
+}
