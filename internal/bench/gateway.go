@@ -53,11 +53,29 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
+// errPortTaken: a port freePort chose was taken before the gateway bound it
+// (the bench's own outgoing connections draw their local ports from the
+// same range).
+var errPortTaken = errors.New("a chosen port was taken before the gateway bound it")
+
+// portAttempts bounds StartGateway's tries when a chosen port is taken.
+const portAttempts = 3
+
 // StartGateway runs bin with --data-dir dataDir (every other setting at its
 // default, except loopback ports and a NATS listener for the stream
 // counts), its output appended to logPath, and waits until /readyz answers
-// 200.
+// 200. When the gateway exits because a port chosen for it was taken in
+// the meantime, it starts again on new ports, up to portAttempts times.
 func StartGateway(ctx context.Context, bin, dataDir, logPath string, extra ...string) (*Gateway, error) {
+	for attempt := 1; ; attempt++ {
+		g, err := startGateway(ctx, bin, dataDir, logPath, extra...)
+		if !errors.Is(err, errPortTaken) || attempt == portAttempts {
+			return g, err
+		}
+	}
+}
+
+func startGateway(ctx context.Context, bin, dataDir, logPath string, extra ...string) (*Gateway, error) {
 	grpcAddr, err := freePort()
 	if err != nil {
 		return nil, err
@@ -76,6 +94,11 @@ func StartGateway(ctx context.Context, bin, dataDir, logPath string, extra ...st
 	}
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
+		return nil, fmt.Errorf("gateway log: %w", err)
+	}
+	logStart, err := logf.Seek(0, io.SeekEnd)
+	if err != nil {
+		logf.Close()
 		return nil, fmt.Errorf("gateway log: %w", err)
 	}
 	args := append([]string{"--data-dir", dataDir, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--nats-listen", natsAddr, "--debug-addr", debugAddr}, extra...)
@@ -97,6 +120,9 @@ func StartGateway(ctx context.Context, bin, dataDir, logPath string, extra ...st
 		select {
 		case err := <-g.exited:
 			g.exited <- err
+			if portTaken(logPath, logStart) {
+				return false, fmt.Errorf("gateway exited before ready (%v): %w; see %s", err, errPortTaken, logPath)
+			}
 			return false, fmt.Errorf("gateway exited before ready (%v); see %s", err, logPath)
 		default:
 		}
@@ -126,6 +152,18 @@ func StartGateway(ctx context.Context, bin, dataDir, logPath string, extra ...st
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	return g, nil
+}
+
+// portTaken reports whether the gateway's log past offset from says that
+// a listener could not bind its address.
+func portTaken(logPath string, from int64) bool {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, from, 1<<20))
+	return err == nil && strings.Contains(string(b), "address already in use")
 }
 
 // Conn opens one more gRPC connection to the gateway.
