@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/service"
 )
 
 func randomEmit(rng *rand.Rand) *eventgatev1.EmitStreamRequest {
@@ -58,9 +59,11 @@ func decodeWithGuard(t testing.TB, b []byte, m proto.Message) error {
 }
 
 // TestDecodeOfEmitRequestsAgreesWithProtobuf: an emit request decodes to
-// what protobuf-go decodes it to.
+// what protobuf-go decodes it to, and so does an emit stream's batch
+// decoded into the message of the batch before (service.StreamBatch).
 func TestDecodeOfEmitRequestsAgreesWithProtobuf(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
+	reused := service.NewStreamBatch()
 	for i := 0; i < 500; i++ {
 		want := randomEmit(rng)
 		b, err := proto.Marshal(want)
@@ -70,6 +73,9 @@ func TestDecodeOfEmitRequestsAgreesWithProtobuf(t *testing.T) {
 		got := &eventgatev1.EmitStreamRequest{}
 		if err := decodeWithGuard(t, b, got); err != nil || !proto.Equal(got, want) {
 			t.Fatalf("request %d decoded to %v (%v), want %v", i, got, err, want)
+		}
+		if err := decodeWithGuard(t, b, reused); err != nil || !proto.Equal(reused.EmitStreamRequest, want) {
+			t.Fatalf("request %d decoded into the batch before to %v (%v), want %v", i, reused.EmitStreamRequest, err, want)
 		}
 		ub, err := proto.Marshal(&eventgatev1.EmitRequest{Events: want.Events, IdempotencyKey: want.IdempotencyKey, Tenant: want.Tenant, ClientCounted: want.ClientCounted})
 		if err != nil {
@@ -143,6 +149,7 @@ func FuzzDecodeAgreesWithProtobuf(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{0x12, 0x03, 0x7a, 0x01, 0xff})
+	before, _ := proto.Marshal(randomEmit(rng))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got := &eventgatev1.EmitStreamRequest{}
 		err := decodeWithGuard(t, b, got)
@@ -153,6 +160,18 @@ func FuzzDecodeAgreesWithProtobuf(f *testing.F) {
 		}
 		if err == nil && !proto.Equal(known(t, got), known(t, want)) {
 			t.Fatalf("guard decoded %v, protobuf-go %v", got, want)
+		}
+		// Into an emit stream's message of the batch before.
+		reused := service.NewStreamBatch()
+		if err := decodeWithGuard(t, before, reused); err != nil {
+			t.Fatal(err)
+		}
+		err = decodeWithGuard(t, b, reused)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("guard into the batch before: %v, protobuf-go: %v", err, werr)
+		}
+		if err == nil && !proto.Equal(known(t, reused.EmitStreamRequest), known(t, want)) {
+			t.Fatalf("guard decoded into the batch before %v, protobuf-go %v", reused.EmitStreamRequest, want)
 		}
 	})
 }
@@ -174,9 +193,11 @@ func known(t *testing.T, m *eventgatev1.EmitStreamRequest) *eventgatev1.EmitStre
 
 func BenchmarkDecodeEmitStreamBatch(b *testing.B) {
 	buf, _ := proto.Marshal(&eventgatev1.EmitStreamRequest{Events: randomEvents(5, 100)})
+	reused := service.NewStreamBatch()
 	for name, decode := range map[string]func() error{
-		"guard":       func() error { return decodeWithGuard(b, buf, &eventgatev1.EmitStreamRequest{}) },
-		"protobuf-go": func() error { return proto.Unmarshal(buf, &eventgatev1.EmitStreamRequest{}) },
+		"guard":        func() error { return decodeWithGuard(b, buf, &eventgatev1.EmitStreamRequest{}) },
+		"guard-reused": func() error { return decodeWithGuard(b, buf, reused) },
+		"protobuf-go":  func() error { return proto.Unmarshal(buf, &eventgatev1.EmitStreamRequest{}) },
 	} {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()

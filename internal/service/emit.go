@@ -188,7 +188,7 @@ loop:
 			break loop
 		}
 		select {
-		case acks <- pendingAck{id: r.req.GetBatchId(), wait: wait}:
+		case acks <- pendingAck{id: r.req.GetBatchId(), wait: wait, req: r.req}:
 		case err := <-sendErr:
 			close(acks)
 			return err
@@ -209,6 +209,9 @@ loop:
 type pendingAck struct {
 	id   string
 	wait func() ([]*eventgatev1.EmitResult, error)
+	// req is the batch, released once its acknowledgement is sent: wait
+	// has returned, and nothing holds its events any more.
+	req *StreamBatch
 }
 
 // sendAcks answers the batches of acks in order, each once its results are
@@ -230,20 +233,30 @@ func (s *Events) sendAcks(stream eventgatev1.EventService_EmitStreamServer, acks
 			}
 			return
 		}
+		putStreamBatch(p.req)
 	}
 }
 
 // received is what one Recv of an emit stream returned.
 type received struct {
-	req *eventgatev1.EmitStreamRequest
+	req *StreamBatch // nil when the stream ended
 	err error
 }
 
 // receive passes what stream receives to reqs until the stream ends (an
 // error other than a refused message) or done is closed.
+//
+// Each batch is received into a StreamBatch that the batch before it
+// (of any stream) has released: sendAcks releases it once its
+// acknowledgement is sent.
 func receive(stream eventgatev1.EventService_EmitStreamServer, reqs chan<- received, done <-chan struct{}) {
 	for {
-		req, err := stream.Recv()
+		req := getStreamBatch()
+		err := stream.RecvMsg(req)
+		if err != nil && !IsBadMessage(err) {
+			putStreamBatch(req)
+			req = nil
+		}
 		select {
 		case reqs <- received{req, err}:
 		case <-done:
