@@ -2,12 +2,16 @@ package intake
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 	"github.com/eventgate/eventgate/internal/event"
@@ -182,4 +186,79 @@ func TestBatchedEntriesAreCompressedAndOldOnesStillFold(t *testing.T) {
 		stored := readEvents(t, a.js)
 		return len(stored[old[0].Uid]) == 1 && len(stored[old[1].Uid]) == 1
 	})
+}
+
+// TestCompressedEntriesInReusedBuffersKeepEveryOccurrence: an owner
+// decompresses batched entries into buffers it reuses once an entry's
+// writes and decisions are done; with many entries in flight at once,
+// every occurrence is still stored as it was sent and decided under its
+// own uid.
+func TestCompressedEntriesInReusedBuffersKeepEveryOccurrence(t *testing.T) {
+	ns := startServer(t)
+	cfg := testConfig()
+	a := startReplica(t, ns, "", "a", cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	const workers, calls, perCall = 4, 25, 40
+	sent := make(map[string]*eventgatev1.Event)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range calls {
+				evs := make([]*eventgatev1.Event, perCall)
+				for i := range evs {
+					k := (w*calls+c)*perCall + i
+					evs[i] = occurrence(k, "note of occurrence "+strconv.Itoa(k)+" in a batch alike the others")
+				}
+				mu.Lock()
+				for _, ev := range evs {
+					sent[ev.Uid] = ev
+				}
+				mu.Unlock()
+				rs, err := a.in.Submit(ctx, evs, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for i, r := range rs {
+					if r.Outcome != eventgatev1.EmitOutcome_EMIT_OUTCOME_CREATED || r.UID != evs[i].Uid {
+						errs <- fmt.Errorf("call %d.%d occurrence %d: %+v, want CREATED %s", w, c, i, r, evs[i].Uid)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st, err := a.js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, cfg.subject(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Header.Get(HeaderEncoding) != EncodingS2 {
+		t.Fatalf("the last entry of partition 0 is not compressed (%q): the test does not reach the reused buffers", m.Header.Get(HeaderEncoding))
+	}
+	stored := readEvents(t, a.js)
+	for uid, ev := range sent {
+		vs := stored[uid]
+		if len(vs) != 1 {
+			t.Errorf("%s stored %d times, want once", uid, len(vs))
+			continue
+		}
+		if !proto.Equal(vs[0].ev, ev) {
+			t.Errorf("%s stored as %v, sent %v", uid, vs[0].ev, ev)
+		}
+	}
 }

@@ -146,8 +146,9 @@ func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error 
 		idxs, err := parseIndexes(b)
 		var raws [][]byte
 		var data []byte
+		buf := batchBufs.Get().(*[]byte)
 		if err == nil {
-			data, err = batchData(hdr, msg.Data())
+			data, err = batchData(hdr, msg.Data(), (*buf)[:0])
 		}
 		if err == nil {
 			raws, err = splitBatch(data, len(idxs))
@@ -174,6 +175,13 @@ func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error 
 			if err := pt.occur(o); err != nil {
 				return err
 			}
+		}
+		// The occurrences' writes and decisions alias data until the
+		// pipeline is done with them: it gives buf back after them.
+		if hdr.Get(HeaderEncoding) != "" {
+			pt.pipe.add(item{release: func() { putBatchBuf(buf, data) }})
+		} else {
+			batchBufs.Put(buf)
 		}
 		return nil
 	}
@@ -282,7 +290,7 @@ func (pt *partition) readEntry(ctx context.Context, seq uint64) ([][]byte, error
 	if err != nil {
 		return nil, err
 	}
-	data, err := batchData(m.Header, m.Data)
+	data, err := batchData(m.Header, m.Data, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,9 @@ type item struct {
 	reply  string
 	dec    decision
 	hasDec bool
+	// release, when set, runs once every item before it is done and
+	// none failed (a failed write may still hold what it releases).
+	release func()
 }
 
 // futureTimeout bounds the wait for one acknowledgement, in case the client
@@ -145,6 +148,16 @@ func (p *pipeline) run() {
 		if !ok {
 			flushAll()
 			return
+		}
+		if it.release != nil {
+			// The decisions gathered are encoded: they hold none of it.
+			p.mu.Lock()
+			failed := p.err != nil
+			p.mu.Unlock()
+			if !failed {
+				it.release()
+			}
+			continue
 		}
 		if it.fut != nil {
 			// Decisions gathered so far go out before waiting: under a
