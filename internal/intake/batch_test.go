@@ -188,11 +188,12 @@ func TestBatchedEntriesAreCompressedAndOldOnesStillFold(t *testing.T) {
 	})
 }
 
-// TestCompressedEntriesInReusedBuffersKeepEveryOccurrence: an owner
-// decompresses batched entries into buffers it reuses once an entry's
-// writes and decisions are done; with many entries in flight at once,
-// every occurrence is still stored as it was sent and decided under its
-// own uid.
+// TestCompressedEntriesInReusedBuffersKeepEveryOccurrence: calls encode
+// their batched entries into reused buffers (entryBufs), which the
+// committer merges and compresses; an owner decompresses the entries into
+// buffers it reuses once an entry's writes and decisions are done. With
+// many calls and entries in flight at once, every occurrence is still
+// stored as it was sent and decided under its own uid.
 func TestCompressedEntriesInReusedBuffersKeepEveryOccurrence(t *testing.T) {
 	ns := startServer(t)
 	cfg := testConfig()

@@ -137,7 +137,9 @@ func (c *committer) message(batch []*pendingEntry) *nats.Msg {
 	}
 	if len(batch) == 1 {
 		first.m.Header.Set(HeaderBatch, formatIndexes(first.idxs))
-		compressBatch(first.m, len(first.idxs))
+		if raw := first.m.Data; compressBatch(first.m, len(first.idxs)) {
+			putEntryBuf(raw)
+		}
 		return first.m
 	}
 	var size, occ int
@@ -145,7 +147,7 @@ func (c *committer) message(batch []*pendingEntry) *nats.Msg {
 		size, occ = size+len(p.e.m.Data), occ+len(p.e.idxs)
 	}
 	m := first.m
-	data := make([]byte, 0, size)
+	data := getEntryBuf(size)
 	idxs := make([]int, 0, occ)
 	var replies strings.Builder
 	for i, p := range batch {
@@ -158,11 +160,19 @@ func (c *committer) message(batch []*pendingEntry) *nats.Msg {
 		replies.WriteByte('*')
 		replies.WriteString(strconv.Itoa(len(p.e.idxs)))
 	}
+	// Each call's data is in data now (first's message becomes the
+	// merged one).
+	for _, p := range batch {
+		putEntryBuf(p.e.m.Data)
+		p.e.m.Data = nil
+	}
 	m.Data = data
 	m.Header.Del(HeaderReply)
 	m.Header.Set(HeaderReplies, replies.String())
 	m.Header.Set(HeaderBatch, formatIndexes(idxs))
-	compressBatch(m, occ)
+	if compressBatch(m, occ) {
+		putEntryBuf(data)
+	}
 	return m
 }
 
@@ -190,6 +200,11 @@ func (c *committer) acknowledge() {
 		ack, err := acks.await(f.fut, nil)
 		for _, p := range f.entries {
 			p.settle(ack, err)
+		}
+		if err == nil && f.entries[0].e.batched {
+			// Stored: nothing reads a batched entry's data any more (a
+			// failed publish may still be retried by the client).
+			putEntryBuf(f.fut.Msg().Data)
 		}
 		c.mu.Lock()
 		c.inFlight--

@@ -636,7 +636,7 @@ func (in *Intake) logEntries(ctx context.Context, evs []*eventgatev1.Event, msgI
 			j = len(entries)
 			open[p] = j
 			m := newMsg(p)
-			m.Data = make([]byte, 0, min(left[p], in.batchBytes+framed(size)))
+			m.Data = getEntryBuf(min(left[p], in.batchBytes+framed(size)))
 			entries = append(entries, logEntry{m: m, batched: true, p: p})
 		}
 		left[p] -= framed(size)

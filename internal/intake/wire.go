@@ -3,7 +3,6 @@ package intake
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -206,14 +205,15 @@ func parseIndexes(s string) ([]uint32, error) {
 // saves at least an eighth: the occurrences of one call are alike (tenant,
 // source, labels, notes), so a batch of a few compresses two to three times,
 // and the stream, its write cache and its consumers carry that much less.
-// A batch of one occurrence is left as it is.
-func compressBatch(m *nats.Msg, occurrences int) {
+// A batch of one occurrence is left as it is. It reports whether it
+// replaced m.Data (with a buffer of entryBufs).
+func compressBatch(m *nats.Msg, occurrences int) bool {
 	if occurrences < 2 {
-		return
+		return false
 	}
 	n := s2.MaxEncodedLen(len(m.Data))
 	if n < 0 {
-		return
+		return false
 	}
 	// Encoded into scratch space (the bound is a sixth over the input),
 	// then copied at its size: the entry keeps it until acknowledged.
@@ -224,10 +224,11 @@ func compressBatch(m *nats.Msg, occurrences int) {
 	}
 	c := s2.Encode((*sp)[:n], m.Data)
 	if len(c) > len(m.Data)-len(m.Data)/8 {
-		return
+		return false
 	}
-	m.Data = slices.Clone(c)
+	m.Data = append(getEntryBuf(len(c)), c...)
 	m.Header.Set(HeaderEncoding, EncodingS2)
+	return true
 }
 
 var s2Scratch = sync.Pool{New: func() any { return new([]byte) }}
