@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -274,9 +275,11 @@ func violationFields(m map[string]any) []string {
 // emitBulk emits n events of kind Job named prefix0, prefix1, … in batches
 // of 500, each with a 1 KB note: more than a client's flow-control windows
 // hold, so that a watcher that does not read blocks its sends.
-func emitBulk(t *testing.T, tg *testGateway, reason, prefix string, n int) {
+// It returns the highest resourceVersion stored.
+func emitBulk(t *testing.T, tg *testGateway, reason, prefix string, n int) string {
 	t.Helper()
 	note := strings.Repeat("x", 1000)
+	var last uint64
 	for i := 0; i < n; i += 500 {
 		var evs []*eventgatev1.Event
 		for j := i; j < min(i+500, n); j++ {
@@ -284,6 +287,8 @@ func emitBulk(t *testing.T, tg *testGateway, reason, prefix string, n int) {
 			e.Note = note
 			evs = append(evs, e)
 		}
-		emit(t, tg.client, evs...)
+		rv, _ := strconv.ParseUint(maxRV(emit(t, tg.client, evs...)), 10, 64)
+		last = max(last, rv)
 	}
+	return strconv.FormatUint(last, 10)
 }

@@ -104,7 +104,7 @@ func TestShutdownWithStalledWatcher(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			emitMany := func(prefix string) { emitBulk(t, tg, "Stall", prefix, 4000) }
+			emitMany := func(prefix string) string { return emitBulk(t, tg, "Stall", prefix, 4000) }
 			if from != "" {
 				emitMany("old")
 			}
@@ -118,7 +118,12 @@ func TestShutdownWithStalledWatcher(t *testing.T) {
 			if from != "" {
 				recvN(t, w, 1) // catching up
 			}
-			emitMany("new") // the watcher stops reading: its sends block
+			last := emitMany("new") // the watcher stops reading: its sends block
+			// The stop also finishes the ClickHouse ingest's batches, which
+			// on a loaded machine (the race detector, packages tested side
+			// by side) takes seconds of its own: it is caught up first, so
+			// that what is timed is the watch's end.
+			waitIngested(t, tg, last)
 			start := time.Now()
 			tg.stop()
 			if d := time.Since(start); d > timeout/3 {
