@@ -18,9 +18,11 @@ type eventBatch struct {
 	rows []Row
 	ttls *ttlTable
 	// native is the chDB transport's encoding: a Native block, held in
-	// block's buffer.
-	native []byte
-	block  *eventBlock
+	// block (and, for the columns kept by reference, in rows); encoded
+	// says it is set.
+	native  nativeBlock
+	encoded bool
+	block   *eventBlock
 	// values is the clickhouse-go transport's encoding: one value per
 	// column per row (rowValues).
 	values [][]any
@@ -30,7 +32,7 @@ type eventBatch struct {
 func (b *eventBatch) release() {
 	if b.block != nil {
 		eventBlocks.Put(b.block)
-		b.block, b.native = nil, nil
+		b.block, b.native, b.encoded = nil, nativeBlock{}, false
 	}
 }
 
@@ -48,7 +50,7 @@ type eventBlock struct {
 	seq                                       chproto.ColUInt64
 	name                                      chproto.ColStr
 	namespace, typ, reason, action            *chproto.ColLowCardinality[string]
-	note                                      chproto.ColStr
+	note                                      refColumn[string]
 	regardingAPIVersion                       *chproto.ColLowCardinality[string]
 	regardingUID, regardingFieldPath          chproto.ColStr
 	relatedAPIVersion, relatedKind            *chproto.ColLowCardinality[string]
@@ -62,7 +64,7 @@ type eventBlock struct {
 	subject                                   chproto.ColStr
 	storedAt                                  chproto.ColDateTime64
 	ttlSeconds                                chproto.ColUInt32
-	raw                                       chproto.ColStr
+	raw                                       refColumn[[]byte]
 	writeReason                               *chproto.ColLowCardinality[string]
 	minutes                                   *chproto.ColArr[time.Time]
 	minuteCounts                              *chproto.ColArr[uint32]
@@ -79,6 +81,7 @@ type eventBlock struct {
 	// keys sorts a map's keys (see appendMap).
 	keys []string
 	buf  chproto.Buffer
+	refs []nativeRef // the reference columns' places in buf
 	// slack counts the batches in a row that used less than a
 	// 1/shrinkRatio of the buffer the block grew to (see blockList.Put).
 	slack int
@@ -232,7 +235,7 @@ func (b *eventBlock) appendRow(r Row, ttls *ttlTable) error {
 	b.subject.Append(r.Subject)
 	b.storedAt.AppendRaw(micros(storedAt))
 	b.ttlSeconds.Append(ttls.lookup(tt, tn))
-	b.raw.AppendBytes(raw)
+	b.raw.Append(raw)
 	b.writeReason.Append(r.WriteReason)
 
 	// minuteColumns, without its two slices.
@@ -281,20 +284,23 @@ func micros(t time.Time) chproto.DateTime64 {
 }
 
 // encode writes the block in the Native format as the engine reads it
-// from a file (no block info, protocol revision 0) and returns it; the
-// bytes are valid until the next reset.
-func (b *eventBlock) encode() ([]byte, error) {
+// from a file (no block info, protocol revision 0) and returns it; it is
+// valid until the next reset. The columns kept by reference (refColumn)
+// are not copied into the block's buffer: the result's WriteTo writes
+// them in their places.
+func (b *eventBlock) encode() (nativeBlock, error) {
 	rows := b.cols[0].Rows()
 	b.buf.Reset()
+	b.refs = b.refs[:0]
 	b.buf.PutUVarInt(uint64(len(b.cols)))
 	b.buf.PutUVarInt(uint64(rows))
 	for i, c := range b.cols {
 		if c.Rows() != rows {
-			return nil, fmt.Errorf("native block: column %s has %d rows, want %d", eventColumns[i].name, c.Rows(), rows)
+			return nativeBlock{}, fmt.Errorf("native block: column %s has %d rows, want %d", eventColumns[i].name, c.Rows(), rows)
 		}
 		if p, ok := c.(chproto.Preparable); ok {
 			if err := p.Prepare(); err != nil {
-				return nil, fmt.Errorf("native block: column %s: %w", eventColumns[i].name, err)
+				return nativeBlock{}, fmt.Errorf("native block: column %s: %w", eventColumns[i].name, err)
 			}
 		}
 		b.buf.PutString(eventColumns[i].name)
@@ -302,9 +308,13 @@ func (b *eventBlock) encode() ([]byte, error) {
 		if s, ok := c.(chproto.StateEncoder); ok {
 			s.EncodeState(&b.buf)
 		}
+		if r, ok := c.(refWriter); ok {
+			b.refs = append(b.refs, nativeRef{off: len(b.buf.Buf), col: r})
+			continue
+		}
 		c.EncodeColumn(&b.buf)
 	}
-	return b.buf.Buf, nil
+	return nativeBlock{buf: b.buf.Buf, refs: b.refs}, nil
 }
 
 // encodeNative builds and encodes the rows as one Native block
@@ -323,7 +333,7 @@ func (b *eventBatch) encodeNative() error {
 	if err != nil {
 		return err
 	}
-	b.native = native
+	b.native, b.encoded = native, true
 	return nil
 }
 

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -292,6 +294,37 @@ func TestNativeBlockFarFuture(t *testing.T) {
 	})
 }
 
+// TestNativeBlockLargerThanItsWriteBuffer: the events' encodings and notes
+// are kept in the block by reference and written into the insert's file
+// through a 256 KiB buffer; a batch of them spanning many such buffers,
+// passed without their events as the ingest passes them (each note then
+// shares its row's encoding), is stored as sent, every value in its row.
+func TestNativeBlockLargerThanItsWriteBuffer(t *testing.T) {
+	eachStore(t, func(t *testing.T, s *Store) {
+		at := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+		const n = 1500
+		sent, rows := make([]Row, n), make([]Row, n)
+		for i := range n {
+			ev := chtest.RealisticEvent(i, 1000, at)
+			ev.Note = strconv.Itoa(i) + " " + strings.Repeat("ñ", i%700)
+			raw, err := event.Marshal(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent[i] = Row{Seq: uint64(i + 1), Subject: event.SubjectOf(ev), Event: ev, StoredAt: at, Raw: raw, WriteReason: "new"}
+			rows[i] = sent[i]
+			rows[i].Event = nil
+		}
+		if err := s.Insert(context.Background(), rows); err != nil {
+			t.Fatal(err)
+		}
+		got := selectEvents(t, s, s.eventsTable)
+		if diff := cmp.Diff(expectedEvents(t, s, sent), got); diff != "" {
+			t.Errorf("stored rows (-want +got):\n%s", diff)
+		}
+	})
+}
+
 // encodeBenchRows is a batch of n ~600-byte events as the ingester decodes
 // them (Raw set).
 func encodeBenchRows(n int) []Row {
@@ -333,6 +366,41 @@ func BenchmarkEncodeBatch(b *testing.B) {
 			eb.release()
 		}
 	})
+}
+
+// BenchmarkKeptBlockBytes reports the heap a block holds once it has
+// encoded a full batch (20,000 workload events, as the ingest inserts
+// under load) and is kept for the next: kept-B, bytes per block.
+func BenchmarkKeptBlockBytes(b *testing.B) {
+	rows := encodeBenchRows(20_000)
+	ttls, err := newTTLTable(DefaultTTL, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	var held float64
+	for b.Loop() {
+		before := heap()
+		blk := newEventBlock()
+		for _, r := range rows {
+			if err := blk.appendRow(r, ttls); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := blk.encode(); err != nil {
+			b.Fatal(err)
+		}
+		// Kept: emptied, as the next batch finds it.
+		blk.reset()
+		held = float64(heap()) - float64(before)
+		runtime.KeepAlive(blk)
+	}
+	b.ReportMetric(held, "kept-B")
 }
 
 // TestInsertDecodesRowsPassedWithoutTheirEvents: rows passed with their

@@ -98,12 +98,12 @@ func (t *chdbTransport) query(ctx context.Context, sql string, params map[string
 func (t *chdbTransport) encode(b *eventBatch) error { return b.encodeNative() }
 
 // insert inserts the Native block binary-safely through a file
-// (chdb.Engine.InsertFile).
+// (chdb.Engine.InsertFrom).
 func (t *chdbTransport) insert(ctx context.Context, db, table string, b *eventBatch) error {
-	if b.native == nil {
+	if !b.encoded {
 		return errors.New("clickhouse: batch not encoded")
 	}
-	return t.e.InsertFile(ctx, db+"."+table, eventColumnNames, "Native", b.native)
+	return t.e.InsertFrom(ctx, db+"."+table, eventColumnNames, "Native", b.native)
 }
 
 func (t *chdbTransport) ping(ctx context.Context) error {

@@ -10,9 +10,11 @@
 package chdb
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -380,6 +382,17 @@ func (e *Engine) InsertFile(ctx context.Context, table string, columns []string,
 
 // InsertFileResult is InsertFile that also returns the statement's statistics.
 func (e *Engine) InsertFileResult(ctx context.Context, table string, columns []string, format string, data []byte) (*Result, error) {
+	return e.insertFrom(ctx, table, columns, format, bytes.NewReader(data))
+}
+
+// InsertFrom is InsertFile with the data written by src: data held in
+// pieces goes to the file without being gathered into one buffer first.
+func (e *Engine) InsertFrom(ctx context.Context, table string, columns []string, format string, src io.WriterTo) error {
+	_, err := e.insertFrom(ctx, table, columns, format, src)
+	return err
+}
+
+func (e *Engine) insertFrom(ctx context.Context, table string, columns []string, format string, src io.WriterTo) (*Result, error) {
 	if table == "" {
 		return nil, errors.New("chdb: InsertFile: empty table name")
 	}
@@ -426,7 +439,7 @@ func (e *Engine) InsertFileResult(ctx context.Context, table string, columns []s
 	}
 	path := f.Name()
 	defer os.Remove(path)
-	if _, err := f.Write(data); err != nil {
+	if _, err := src.WriteTo(f); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("chdb: InsertFile: write %s: %w", path, err)
 	}
