@@ -107,6 +107,8 @@ type Gateway struct {
 	rules      rulesParts // rules.go
 
 	closeOnce sync.Once
+	planOnce  sync.Once
+	plan      shutdownPlan // shutdown.go
 }
 
 // New builds a gateway, in steps: telemetry, the log (NATS, the events
@@ -261,7 +263,7 @@ func (g *Gateway) startStore(ctx context.Context) error {
 	}
 	// Not ctx: it ends at the signal to stop, and would abort the batch in
 	// hand (its deliveries would come back only after the ack wait). Close
-	// stops ingest gracefully, within ShutdownTimeout.
+	// stops ingest gracefully, within its shutdown plan (shutdown.go).
 	w, err := g.store.NewWriter()
 	if err != nil {
 		return err
@@ -494,161 +496,6 @@ func (g *Gateway) Serve(ctx context.Context, grpcLis, httpLis net.Listener) erro
 		return err
 	}
 	return nil
-}
-
-// watchGrace is how long watches get to end on their own once told to, at
-// shutdown, before their connections are cut: a watcher that stopped
-// reading is blocked in a send that only a closed connection ends.
-const watchGrace = time.Second
-
-// stop drains the servers: watches are told to end (their clients
-// reconnect elsewhere) and emit streams to stop taking batches, in-flight
-// requests and the batches taken finish, bounded by ShutdownTimeout; then
-// whatever is still open (watchers that do not read) is cut.
-func (g *Gateway) stop() {
-	g.log.Info("shutting down", "timeout", g.cfg.ShutdownTimeout)
-	g.health.Shutdown()
-	g.hub.Stop()
-	g.events.Drain()
-	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		_ = g.httpSrv.Shutdown(ctx)
-		g.grpc.GracefulStop()
-		g.grpcInproc.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return
-	case <-g.calls.idle():
-	case <-ctx.Done():
-	}
-	// Every request and emit stream has ended (or the time is up): the
-	// watches get a moment more.
-	grace := time.NewTimer(watchGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-		return
-	case <-grace.C:
-	case <-ctx.Done():
-	}
-	g.log.Info("closing the connections still open (watchers that do not read, reflection streams)")
-	_ = g.httpSrv.Close()
-	g.grpc.Stop()
-	g.grpcInproc.Stop()
-	<-done
-}
-
-// callTracker counts the calls in flight whose end matters at shutdown:
-// requests and emit streams (acknowledgements to deliver). Watches end on
-// their own only if their clients read, and other streams (reflection, the
-// health service's Watch) carry nothing to finish.
-type callTracker struct {
-	mu     sync.Mutex
-	n      int
-	waiter chan struct{} // closed when n reaches 0
-}
-
-func (c *callTracker) begin() {
-	c.mu.Lock()
-	c.n++
-	c.mu.Unlock()
-}
-
-func (c *callTracker) end() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n--; c.n == 0 && c.waiter != nil {
-		close(c.waiter)
-		c.waiter = nil
-	}
-}
-
-// idle is closed once no call is in flight.
-func (c *callTracker) idle() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan struct{})
-	if c.n == 0 {
-		close(ch)
-	} else {
-		c.waiter = ch
-	}
-	return ch
-}
-
-func (c *callTracker) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	c.begin()
-	defer c.end()
-	return h(ctx, req)
-}
-
-func (c *callTracker) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if info.FullMethod != eventgatev1.EventService_EmitStream_FullMethodName {
-		return h(srv, ss)
-	}
-	c.begin()
-	defer c.end()
-	return h(srv, ss)
-}
-
-// Close releases everything New acquired. It is safe to call more than once.
-func (g *Gateway) Close() {
-	if g == nil {
-		return
-	}
-	g.closeOnce.Do(func() {
-		if g.hub != nil {
-			g.hub.Stop()
-		}
-		g.stopRules()
-		if g.intake != nil {
-			// Checkpoint the partitions this replica owns so another takes
-			// them over without replaying much.
-			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
-			if err := g.intake.Stop(ctx); err != nil {
-				g.log.Warn("intake stop", "err", err)
-			}
-			cancel()
-		}
-		if g.ingest != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
-			if err := g.ingest.Stop(ctx); err != nil {
-				g.log.Warn("ingest stop", "err", err)
-			}
-			cancel()
-		}
-		if g.proxy != nil {
-			_ = g.proxy.Close()
-		}
-		g.paths.close()
-		if g.nc != nil {
-			_ = g.nc.Drain()
-			waitClosed(g.nc, 5*time.Second)
-		}
-		if g.ns != nil {
-			g.ns.Shutdown()
-			g.ns.WaitForShutdown()
-		}
-		if g.store != nil {
-			_ = g.store.Close()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		for i := len(g.shutdown) - 1; i >= 0; i-- {
-			_ = g.shutdown[i](ctx)
-		}
-	})
-}
-
-func waitClosed(nc *nats.Conn, d time.Duration) {
-	deadline := time.Now().Add(d)
-	for !nc.IsClosed() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // watchHealth keeps the gRPC health service in step with readiness.

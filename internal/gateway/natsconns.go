@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -54,16 +53,13 @@ func (p *natsPaths) connect(cfg ejs.Config, ns *server.Server) error {
 	return nil
 }
 
-// close drains every path's connection (pending publishes are flushed).
-func (p *natsPaths) close() {
+// conns returns the paths' open connections.
+func (p *natsPaths) conns() []*nats.Conn {
+	var ncs []*nats.Conn
 	for _, path := range p.all() {
 		if path.nc != nil {
-			_ = path.nc.Drain()
+			ncs = append(ncs, path.nc)
 		}
 	}
-	for _, path := range p.all() {
-		if path.nc != nil {
-			waitClosed(path.nc, 5*time.Second)
-		}
-	}
+	return ncs
 }
