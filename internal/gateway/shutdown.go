@@ -34,7 +34,7 @@ import (
 // (the embedded NATS server's and engine's files), bounded by
 // localCloseGrace; the chart's terminationGraceExtraSeconds covers it.
 type shutdownPlan struct {
-	drainBy, stepsBy, deadline time.Time
+	start, drainBy, stepsBy, deadline time.Time
 }
 
 // localCloseGrace bounds the local closing after the deadline.
@@ -43,6 +43,7 @@ const localCloseGrace = 5 * time.Second
 func planShutdown(start time.Time, timeout time.Duration) shutdownPlan {
 	reserve := min(time.Second, timeout/10)
 	return shutdownPlan{
+		start:    start,
 		drainBy:  start.Add((timeout - reserve) / 2),
 		stepsBy:  start.Add(timeout - reserve),
 		deadline: start.Add(timeout),
@@ -190,7 +191,9 @@ func (g *Gateway) Close() {
 				}
 			})
 		}
+		t0 := time.Now()
 		left := waitSteps(plan.stepsBy, steps)
+		tSteps := time.Now()
 		if len(left) > 0 {
 			g.log.Warn("shutdown steps cut at their share of the shutdown timeout; what they left is taken up as after a crash",
 				"steps", strings.Join(left, ","))
@@ -203,6 +206,7 @@ func (g *Gateway) Close() {
 			ncs = append(ncs, g.nc)
 		}
 		drainBy(plan.deadline, ncs...)
+		tConns := time.Now()
 		tctx, tcancel := context.WithDeadline(context.Background(), plan.deadline)
 		defer tcancel()
 		for i := len(g.shutdown) - 1; i >= 0; i-- {
@@ -214,6 +218,7 @@ func (g *Gateway) Close() {
 		// which the insert's replay makes good).
 		_, storeBusy := steps["ingest"]
 		storeBusy = storeBusy && !closed(steps["ingest"])
+		tTelemetry := time.Now()
 		local := goDone(func() {
 			if g.ns != nil {
 				g.ns.Shutdown()
@@ -226,6 +231,10 @@ func (g *Gateway) Close() {
 		if left := waitSteps(time.Now().Add(localCloseGrace), map[string]<-chan struct{}{"local": local}); len(left) > 0 {
 			g.log.Warn("local closing (embedded NATS server, ClickHouse engine) still running; exiting", "waited", localCloseGrace)
 		}
+		ms := func(a, b time.Time) time.Duration { return b.Sub(a).Round(time.Millisecond) }
+		end := time.Now()
+		g.log.Info("stopped", "took", ms(plan.start, end), "drain", ms(plan.start, t0),
+			"steps", ms(t0, tSteps), "connections", ms(tSteps, tConns), "telemetry", ms(tConns, tTelemetry), "local", ms(tTelemetry, end))
 	})
 }
 
