@@ -3,24 +3,30 @@ package gateway
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/clickhouse"
 	"github.com/eventgate/eventgate/internal/event"
 	"github.com/eventgate/eventgate/internal/gateway/config"
+	"github.com/eventgate/eventgate/internal/ingest"
 	ejs "github.com/eventgate/eventgate/internal/jetstream"
 	"github.com/eventgate/eventgate/internal/natstest"
 	"github.com/eventgate/eventgate/internal/watch"
@@ -37,7 +43,13 @@ import (
 //     ordered consumer, as the gateway's feed reads it;
 //   - jetstream+hub: published to JetStream and acknowledged, then fanned out
 //     by the gateway's feed (jetstream.Hub) to in-process watchers;
-//   - jetstream+hub+grpc: the same, every watcher a gRPC stream.
+//   - jetstream+hub+grpc: the same, every watcher a gRPC stream;
+//   - writepath+hub+grpc: the same, with what the gateway's write path
+//     does for every event beside it on the same two cores
+//     (writePathFloor: the intake's log and owner hops, and the store's
+//     ingest into the embedded engine from the feed): the floor of the
+//     fan-out on this machine, where the gateway's write path shares the
+//     cores with its watches.
 //
 // Each phase reports its delivery p99 and its ratio to the nats phase's.
 func BenchmarkFanoutFloor(b *testing.B) {
@@ -84,7 +96,7 @@ func BenchmarkFanoutFloor(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return "events.project.bench.Pod." + ns + "." + name, data
+		return floorSubject(ns, name), data
 	}
 	// toJetStream publishes at the bench rate and waits for each batch's
 	// acknowledgements, as Emit does.
@@ -248,6 +260,26 @@ func BenchmarkFanoutFloor(b *testing.B) {
 		return toJetStream, serveFloor(b, &floorServer{hub: hub}, rec)
 	})
 
+	// The floor on two cores: the same, with the write path's parts
+	// beside it, as in the gateway every event crosses them too.
+	run("writepath+hub+grpc", func(rec func() func(time.Duration)) (func() int, func()) {
+		wp := startWritePathFloor(b, ctx, srv, hub)
+		stop := serveFloor(b, &floorServer{hub: hub}, rec)
+		return func() int {
+				return pace(dur, func(n int) {
+					now := timestamppb.Now()
+					raws := make([][]byte, n)
+					for k := range raws {
+						_, raws[k] = next(now)
+					}
+					wp.submit(raws)
+				})
+			}, func() {
+				stop()
+				wp.stop()
+			}
+	})
+
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	base := ms(phases[0].lat.pct(0.99))
 	var sum []string
@@ -364,4 +396,253 @@ func serveFloor(b *testing.B, fs *floorServer, rec func() func(time.Duration)) (
 
 func cpuPct(c0 time.Duration, t0 time.Time) float64 {
 	return 100 * (cpuTime() - c0).Seconds() / time.Since(t0).Seconds()
+}
+
+// writePathFloor is what the gateway's write path does for every event
+// besides the watch feed, with the gateway's parts and none of its logic
+// (as bench.PipelineFloor, in this process): each batch logged in an
+// intake stream as one entry per partition and acknowledged, an owner
+// decoding each occurrence and writing it to the events stream (its acks
+// pipelined), and the store's ingest inserting batches of the ingest's
+// size and wait, taken from the watch feed, into the embedded engine
+// through a Writer (the niced encoder, as the gateway's). The log and the
+// owner have a connection each, as the gateway's paths.
+type writePathFloor struct {
+	b        *testing.B
+	ctx      context.Context
+	cancel   context.CancelFunc
+	emit     jetstream.JetStream
+	conns    []*nats.Conn
+	wg       sync.WaitGroup
+	entry    int
+	inserted atomic.Int64
+}
+
+const writePathPartitions = 8
+
+// floorSubject is the subject the floor's phases store an event at (one
+// per object; the watchers filter by namespace).
+func floorSubject(ns, name string) string { return "events.project.bench.Pod." + ns + "." + name }
+
+func startWritePathFloor(b *testing.B, ctx context.Context, srv *server.Server, hub *watch.Hub) *writePathFloor {
+	ctx, cancel := context.WithCancel(ctx)
+	wp := &writePathFloor{b: b, ctx: ctx, cancel: cancel}
+	path := func(name string) jetstream.JetStream {
+		nc, err := ejs.Connect(config.Default().NATS, srv, "floor-"+name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wp.conns = append(wp.conns, nc)
+		js, err := ejs.NewJetStream(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return js
+	}
+	wp.emit = path("emit")
+	ownerJS := path("owner")
+	intake, err := wp.emit.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: "FLOOR_INTAKE", Subjects: []string{"floor.>"}, Storage: jetstream.FileStorage,
+		Duplicates: 2 * time.Minute,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	chcfg := clickhouse.DefaultConfig()
+	chcfg.DataDir, chcfg.Database = chDir, databaseFor(b.TempDir())
+	st, err := clickhouse.Open(ctx, chcfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := st.NewWriter()
+	if err != nil {
+		b.Fatal(err)
+	}
+	wp.wg.Add(2)
+	go func() {
+		defer wp.wg.Done()
+		wp.owner(intake, ownerJS)
+	}()
+	go func() {
+		defer wp.wg.Done()
+		defer func() {
+			w.Close()
+			_ = st.Close()
+		}()
+		wp.ingest(hub, w, chcfg.BatchSize, chcfg.BatchWait)
+	}()
+	return wp
+}
+
+// submit logs one batch, an entry per partition holding its occurrences,
+// and waits for the entries' acknowledgements (as the intake's log).
+func (wp *writePathFloor) submit(raws [][]byte) {
+	var entries [writePathPartitions]*nats.Msg
+	for i, raw := range raws {
+		p := i % writePathPartitions
+		if entries[p] == nil {
+			entries[p] = &nats.Msg{Subject: "floor." + strconv.Itoa(p), Header: nats.Header{}}
+		}
+		entries[p].Data = protowire.AppendBytes(entries[p].Data, raw)
+	}
+	var futs []jetstream.PubAckFuture
+	for _, m := range entries {
+		if m == nil {
+			continue
+		}
+		wp.entry++
+		m.Header[jetstream.MsgIDHeader] = []string{"e-" + strconv.Itoa(wp.entry)}
+		f, err := wp.emit.PublishMsgAsync(m)
+		if err != nil {
+			wp.b.Fatal(err)
+		}
+		futs = append(futs, f)
+	}
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			wp.b.Fatal(err)
+		}
+	}
+}
+
+// owner writes every logged occurrence to the events stream, decoded
+// first (as an owner decodes it to fold it), its acks awaited in order by
+// another goroutine.
+func (wp *writePathFloor) owner(intake jetstream.Stream, js jetstream.JetStream) {
+	cons, err := intake.OrderedConsumer(wp.ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		wp.b.Error(err)
+		return
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		wp.b.Error(err)
+		return
+	}
+	defer context.AfterFunc(wp.ctx, it.Stop)()
+	acks := make(chan jetstream.PubAckFuture, 4096)
+	defer close(acks)
+	go func() {
+		for f := range acks {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				if wp.ctx.Err() == nil {
+					wp.b.Error(err)
+				}
+			}
+		}
+	}()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return
+		}
+		md, _ := m.Metadata()
+		data := m.Data()
+		for k := 0; len(data) > 0; k++ {
+			raw, n := protowire.ConsumeBytes(data)
+			if n < 0 {
+				wp.b.Error("truncated entry")
+				return
+			}
+			data = data[n:]
+			ev, err := event.Unmarshal(raw)
+			if err != nil {
+				wp.b.Error(err)
+				return
+			}
+			out := &nats.Msg{Subject: floorSubject(ev.Namespace, ev.Regarding.GetName()), Data: raw, Header: nats.Header{
+				jetstream.MsgIDHeader: {"w-" + strconv.FormatUint(md.Sequence.Stream, 10) + "." + strconv.Itoa(k)},
+			}}
+			f, err := js.PublishMsgAsync(out)
+			for stalls := 0; errors.Is(err, jetstream.ErrTooManyStalledMsgs) && stalls < 1000; stalls++ {
+				f, err = js.PublishMsgAsync(out)
+			}
+			if err != nil {
+				if wp.ctx.Err() == nil {
+					wp.b.Error(err)
+				}
+				return
+			}
+			acks <- f
+		}
+	}
+}
+
+// ingest inserts what the watch feed dispatches (a tap on the hub, as
+// the gateway's own store is filled), in batches of up to size or what
+// came within wait of a batch's first event, undecoded (the Writer decodes
+// them on its thread, as the gateway's ingest leaves it to), while the
+// next batch fills.
+func (wp *writePathFloor) ingest(hub *watch.Hub, w *clickhouse.Writer, size int, wait time.Duration) {
+	tap, _, err := hub.Tap(max(ingest.DefaultTapBuffer, 2*size))
+	if err != nil {
+		wp.b.Error(err)
+		return
+	}
+	defer tap.Close()
+	batches := make(chan []event.Stored, 1)
+	inserting := make(chan struct{})
+	defer func() { <-inserting }()
+	go func() {
+		defer close(inserting)
+		for rows := range batches {
+			if err := w.Insert(wp.ctx, rows); err != nil {
+				if wp.ctx.Err() == nil {
+					wp.b.Error(err)
+				}
+			}
+			wp.inserted.Add(int64(len(rows)))
+		}
+	}()
+	defer close(batches)
+	var rows []event.Stored
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	flush := func() {
+		timer.Stop()
+		if len(rows) > 0 {
+			select {
+			case batches <- rows:
+			case <-wp.ctx.Done():
+			}
+			rows = nil
+		}
+	}
+	for {
+		select {
+		case <-wp.ctx.Done():
+			return
+		case <-tap.Overflow():
+			wp.b.Error("write path floor: the ingest's tap overflowed")
+			return
+		case <-timer.C:
+			flush()
+		case <-tap.Ready():
+			items := tap.Take()
+			for _, it := range items {
+				if len(rows) == 0 {
+					timer.Reset(wait)
+				}
+				rows = append(rows, event.Stored{Seq: it.Seq, Subject: it.Subject, StoredAt: it.Stored, Raw: it.Raw, WriteReason: "created"})
+				if len(rows) >= size {
+					flush()
+				}
+			}
+			tap.Recycle(items)
+		}
+	}
+}
+
+// stop ends the parts and reports what the engine took.
+func (wp *writePathFloor) stop() {
+	wp.cancel()
+	wp.wg.Wait()
+	for _, nc := range wp.conns {
+		nc.Close()
+	}
+	wp.b.Logf("write path floor: %d events inserted", wp.inserted.Load())
 }
