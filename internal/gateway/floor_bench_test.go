@@ -69,7 +69,9 @@ func BenchmarkFanoutFloor(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := ejs.EnsureStream(ctx, js, cfg, nil); err != nil {
+	// The events stream as the gateway configures it (its duplicate
+	// window is the intake's replay window, not --stream-duplicates).
+	if _, err := ejs.EnsureStream(ctx, js, eventsStreamConfig(config.Default()), nil); err != nil {
 		b.Fatal(err)
 	}
 	hub, err := watch.Start(ctx, js, cfg.Stream, slog.New(slog.DiscardHandler), nil)
@@ -126,9 +128,9 @@ func BenchmarkFanoutFloor(b *testing.B) {
 	run := func(name string, setup func(rec func() func(time.Duration)) (publish func() int, stop func())) {
 		p := &floorPhase{name: name}
 		publish, stop := setup(func() func(time.Duration) { return p.lat.recorder().add })
-		c0, g0, t0 := cpuTime(), gcCycles(), time.Now()
+		u0 := readUsage()
 		sent := publish()
-		p.cpu, p.gcs = cpuPct(c0, t0), gcCycles()-g0
+		p.use = u0.since()
 		// Wait for every delivery (bounded), then end the watchers.
 		for deadline := time.Now().Add(30 * time.Second); p.lat.count() < sent && time.Now().Before(deadline); {
 			time.Sleep(20 * time.Millisecond)
@@ -291,8 +293,8 @@ func BenchmarkFanoutFloor(b *testing.B) {
 		} else {
 			b.ReportMetric(p99, "nats_p99_ms")
 		}
-		sum = append(sum, fmt.Sprintf("%s p50 %v p99 %v (%.1fx; cpu %.0f%%, %d collections)",
-			p.name, p.lat.pct(0.5), p.lat.pct(0.99), p99/max(base, 0.001), p.cpu, p.gcs))
+		sum = append(sum, fmt.Sprintf("%s p50 %v p99 %v (%.1fx; %v)",
+			p.name, p.lat.pct(0.5), p.lat.pct(0.99), p99/max(base, 0.001), p.use))
 	}
 	b.Logf("%d watchers over %d connections, %s at %d events/s each phase: %s",
 		fanoutWatchers, benchConns(), dur, benchRate(), strings.Join(sum, "; "))
@@ -301,8 +303,7 @@ func BenchmarkFanoutFloor(b *testing.B) {
 type floorPhase struct {
 	name string
 	lat  latencies
-	cpu  float64
-	gcs  uint64
+	use  used
 }
 
 // floorServer serves StreamWatch from the hub or, without one, from a
@@ -392,10 +393,6 @@ func serveFloor(b *testing.B, fs *floorServer, rec func() func(time.Duration)) (
 		}
 		gs.Stop()
 	}
-}
-
-func cpuPct(c0 time.Duration, t0 time.Time) float64 {
-	return 100 * (cpuTime() - c0).Seconds() / time.Since(t0).Seconds()
 }
 
 // writePathFloor is what the gateway's write path does for every event
