@@ -69,6 +69,10 @@ type WatchItem struct {
 type WatchOptions struct {
 	// Subjects are NATS filter subjects; they must not overlap.
 	Subjects []string
+	// MatchSubject, when set, is applied in process to the subjects of the
+	// events the subjects select, before Match: what a filter subject cannot
+	// say about a subject's tokens, without decoding the event.
+	MatchSubject func(subject string) bool
 	// Match, when set, is applied in process to events the subjects select.
 	Match func(*eventgatev1.Event) bool
 	// After, when set, resumes after this stream sequence; nil starts live.

@@ -484,6 +484,8 @@ func TestWatchFilters(t *testing.T) {
 	watches := []watch{
 		{&eventgatev1.StreamWatchRequest{Tenant: &eventgatev1.Tenant{Type: "project", Name: "a.b"}}, []string{"R1", "R2", "R3"}},
 		{&eventgatev1.StreamWatchRequest{Kind: "Deployment"}, []string{"R1", "R4"}},
+		{&eventgatev1.StreamWatchRequest{ApiGroup: group("apps")}, []string{"R1"}},
+		{&eventgatev1.StreamWatchRequest{ApiGroup: group("core")}, []string{"R2", "R3", "R5", "R6"}},
 		{&eventgatev1.StreamWatchRequest{ApiGroup: group("apps"), Kind: "Deployment", Namespace: "prod"}, []string{"R1"}},
 		{&eventgatev1.StreamWatchRequest{ApiGroup: group("core"), Kind: "Node", Name: "ip-10-0-0-1.ec2.internal"}, []string{"R5"}},
 		{&eventgatev1.StreamWatchRequest{Name: "*"}, []string{"R6"}},

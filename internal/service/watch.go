@@ -100,21 +100,19 @@ func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (event.WatchO
 	if req.GetNamespace() != "" {
 		f.Namespace = subject.Ptr(req.GetNamespace())
 	}
+	// A group or a kind alone is half of the group_Kind token, which no
+	// filter subject can select: it is matched on each event's subject,
+	// which needs no decoding.
+	if (kind != "") != (group != nil) {
+		o.MatchSubject = subject.MatchGroupKind(f.Group, f.Kind)
+	}
 	// The object's name is no subject token (see package subject): a watch
-	// of one object is matched here, as a group or kind alone is.
+	// of one object is matched on the decoded event, as the other fields.
 	name := req.GetName()
 	types, reasons, controllers := req.GetTypes(), req.GetReasons(), req.GetReportingControllers()
-	needKind := kind != "" && group == nil
-	needGroup := group != nil && kind == ""
-	if name != "" || needKind || needGroup || len(types) > 0 || len(reasons) > 0 || len(controllers) > 0 {
+	if name != "" || len(types) > 0 || len(reasons) > 0 || len(controllers) > 0 {
 		o.Match = func(ev *eventgatev1.Event) bool {
 			if name != "" && ev.GetRegarding().GetName() != name {
-				return false
-			}
-			if needKind && ev.GetRegarding().GetKind() != kind {
-				return false
-			}
-			if needGroup && subject.GroupFromAPIVersion(ev.GetRegarding().GetApiVersion()) != *group {
 				return false
 			}
 			return (len(types) == 0 || slices.Contains(types, ev.GetType())) &&

@@ -177,15 +177,10 @@ func EncodeGroupKind(group, kind string) string {
 
 // DecodeGroupKind reverses EncodeGroupKind.
 func DecodeGroupKind(tok string) (group, kind string, err error) {
-	// An encoded kind holds no '_' unless it is the empty token itself.
-	i := strings.LastIndexByte(tok, '_')
-	if strings.HasSuffix(tok, "__") {
-		i = len(tok) - 2
-	}
-	if i <= 0 || i == len(tok)-1 {
+	gt, kt, ok := splitGroupKind(tok)
+	if !ok {
 		return "", "", fmt.Errorf("%w: %q is not group_Kind", ErrInvalidToken, tok)
 	}
-	gt, kt := tok[:i], tok[i+1:]
 	if gt == coreGroup {
 		group = ""
 	} else if group, err = decode(gt, true); err != nil {
@@ -200,6 +195,61 @@ func DecodeGroupKind(tok string) (group, kind string, err error) {
 		return "", "", fmt.Errorf("%w: %q is not canonical", ErrInvalidToken, tok)
 	}
 	return group, kind, nil
+}
+
+// MatchGroupKind returns a test of an event subject's group_Kind token
+// against a group and a kind (nil: any), for what no filter subject can
+// select, the token being one: a kind in any group, or any kind of a group.
+// The subject is built from the event's regarding object (event.KeyOf), so
+// the test agrees with one on the decoded event, without decoding it.
+func MatchGroupKind(group, kind *string) func(subject string) bool {
+	var gt, kt string
+	if group != nil {
+		gt = EncodeGroupKind(*group, "")
+		gt = gt[:len(gt)-len("_"+Empty)]
+	}
+	if kind != nil {
+		kt = EncodeGroupKind("", *kind)[len(coreGroup+"_"):]
+	}
+	return func(subj string) bool {
+		tok, ok := tokenAt(subj, PosGroupKind)
+		if !ok {
+			return false
+		}
+		g, k, ok := splitGroupKind(tok)
+		return ok && (group == nil || g == gt) && (kind == nil || k == kt)
+	}
+}
+
+// splitGroupKind splits a group_Kind token into its encoded group and kind
+// (as DecodeGroupKind, without decoding them).
+func splitGroupKind(tok string) (group, kind string, ok bool) {
+	// An encoded kind holds no '_' unless it is the empty token itself.
+	i := strings.LastIndexByte(tok, '_')
+	if strings.HasSuffix(tok, "__") {
+		i = len(tok) - 2
+	}
+	if i <= 0 || i == len(tok)-1 {
+		return "", "", false
+	}
+	return tok[:i], tok[i+1:], true
+}
+
+// tokenAt is the token at pos of an event subject (Tokens tokens).
+func tokenAt(subj string, pos int) (string, bool) {
+	for range pos {
+		i := strings.IndexByte(subj, '.')
+		if i < 0 {
+			return "", false
+		}
+		subj = subj[i+1:]
+	}
+	if i := strings.IndexByte(subj, '.'); i >= 0 {
+		subj = subj[:i]
+	} else if pos != Tokens-1 {
+		return "", false
+	}
+	return subj, true
 }
 
 // GroupFromAPIVersion returns the API group of an apiVersion: "apps/v1" is

@@ -62,6 +62,51 @@ func TestGroupKind(t *testing.T) {
 	}
 }
 
+func TestMatchGroupKindSelectsAKindInAnyGroupAndAGroupOfAnyKind(t *testing.T) {
+	subj := func(group, kind string) string {
+		return Key{TenantType: "project", TenantName: "p", Group: group, Kind: kind, Namespace: "ns"}.Subject()
+	}
+	pod, deploy, core, apps, empty, dotted := "Pod", "Deployment", "", "apps", "", "foo."
+	tests := []struct {
+		name         string
+		group, kind  *string
+		subject      string
+		wantMatching bool
+	}{
+		{"kind in the core group", nil, &pod, subj("", "Pod"), true},
+		{"kind in another group", nil, &deploy, subj("apps", "Deployment"), true},
+		{"kind in a dotted group", nil, &deploy, subj("example.com", "Deployment"), true},
+		{"another kind", nil, &pod, subj("", "PodTemplate"), false},
+		{"kind that is a suffix of another", nil, &pod, subj("x", "MyPod"), false},
+		{"kind escaped in the token", &apps, nil, subj("apps", "A_B"), true},
+		{"group of any kind", &apps, nil, subj("apps", "ReplicaSet"), true},
+		{"another group", &apps, nil, subj("apps.example.com", "Deployment"), false},
+		{"the core group", &core, nil, subj("", "Pod"), true},
+		{"a group named core is not the core group", &core, nil, subj("core", "Pod"), false},
+		{"the empty kind", nil, &empty, subj("apps", ""), true},
+		{"the empty kind is not another", nil, &empty, subj("apps", "Pod"), false},
+		{"a group ending in a dot", &dotted, nil, subj("foo.", "Pod"), true},
+		{"a group ending in a dot, empty kind", &dotted, &empty, subj("foo.", ""), true},
+		{"group and kind", &apps, &deploy, subj("apps", "Deployment"), true},
+		{"group and another kind", &apps, &deploy, subj("apps", "StatefulSet"), false},
+		{"not an event subject", nil, &pod, "events.project.p", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := MatchGroupKind(tt.group, tt.kind)(tt.subject); got != tt.wantMatching {
+				t.Fatalf("MatchGroupKind(%v, %v)(%q) = %v, want %v", deref(tt.group), deref(tt.kind), tt.subject, got, tt.wantMatching)
+			}
+		})
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<any>"
+	}
+	return *s
+}
+
 func TestSeedExamplesWithTheNameTokenReserved(t *testing.T) {
 	// The examples of the storage design doc, with the node name that broke
 	// its draft. legacy is the subject a stream written before the sixth token
@@ -160,6 +205,15 @@ func FuzzToken(f *testing.F) {
 		}
 		if back, err := Parse(subj); err != nil || back != key {
 			t.Fatalf("Parse(%q) = %+v, %v; want %+v", subj, back, err, key)
+		}
+		// The subject's group_Kind test agrees with the decoded key's.
+		for _, q := range []string{a, b} {
+			if got, want := MatchGroupKind(nil, &q)(subj), key.Kind == q; got != want {
+				t.Fatalf("kind %q of %q: matched %v, want %v", q, subj, got, want)
+			}
+			if got, want := MatchGroupKind(&q, nil)(subj), key.Group == q; got != want {
+				t.Fatalf("group %q of %q: matched %v, want %v", q, subj, got, want)
+			}
 		}
 		// Decoding arbitrary input never panics and only accepts canonical tokens.
 		if v, err := DecodeToken(a); err == nil && EncodeToken(v) != a {

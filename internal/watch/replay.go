@@ -185,7 +185,7 @@ func (h *Hub) replayBatch(ctx context.Context, cons jetstream.Consumer, o event.
 			cursor, pending = to, 0
 			continue
 		}
-		if only != nil && !only.HasInterest(msg.Subject()) {
+		if (only != nil && !only.HasInterest(msg.Subject())) || (o.MatchSubject != nil && !o.MatchSubject(msg.Subject())) {
 			cursor = seq
 			continue
 		}

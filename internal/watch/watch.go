@@ -153,7 +153,12 @@ func (h *Hub) dispatch(msg jetstream.Msg) {
 		t.push(TapItem{Seq: seq, Subject: msg.Subject(), Raw: msg.Data(), Header: msg.Headers(), Stored: meta.Timestamp})
 	}
 	h.matched = h.matched[:0]
-	h.subs.Match(msg.Subject(), func(w *watcher) { h.matched = append(h.matched, w) })
+	subj := msg.Subject()
+	h.subs.Match(subj, func(w *watcher) {
+		if w.matchSubj == nil || w.matchSubj(subj) {
+			h.matched = append(h.matched, w)
+		}
+	})
 	if len(h.matched) == 0 {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 // bookmark schedule.
 type watcher struct {
 	subjects   []string
+	matchSubj  func(subject string) bool // before match, on the subject alone
 	match      func(*eventgatev1.Event) bool
 	encoded    bool // sends WatchItem.Raw on (WatchOptions.Encoded)
 	q          queue
@@ -97,6 +98,7 @@ func newWatcher(o event.WatchOptions) *watcher {
 	return &watcher{
 		subjects:  o.Subjects,
 		match:     o.Match,
+		matchSubj: o.MatchSubject,
 		encoded:   o.Encoded,
 		q:         newQueue(buf),
 		overflow:  make(chan struct{}),
