@@ -15,6 +15,9 @@ var (
 	labelsField     = eventFields.ByName("labels").Number()
 	labelKeyField   = eventFields.ByName("labels").MapKey().Number()
 	labelValueField = eventFields.ByName("labels").MapValue().Number()
+	reasonField     = eventFields.ByName("reason").Number()
+	controllerField = eventFields.ByName("reporting_controller").Number()
+	refNameField    = eventFields.ByName("regarding").Message().Fields().ByName("name").Number()
 )
 
 // EncodedHead is what a reader learns of a stored event without decoding
@@ -81,6 +84,82 @@ func peekTenant(b []byte, h *EncodedHead) bool {
 				h.TenantName = aliased(v)
 			}
 			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// WatchFields are the fields of a stored event a watch may filter on
+// besides its subject: what a reader learns of them without decoding it.
+type WatchFields struct {
+	Type                string
+	Reason              string
+	ReportingController string
+	RegardingName       string
+}
+
+// PeekWatchFields reads raw's WatchFields, skipping every other field; ok
+// is false when raw is not a well-formed encoding. The values are what
+// Unmarshal would decode (the last of a repeated field, a repeated
+// regarding object merged) and share raw's memory, as PeekEncoded's do.
+func PeekWatchFields(raw []byte) (f WatchFields, ok bool) {
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return WatchFields{}, false
+		}
+		raw = raw[n:]
+		if typ == protowire.BytesType && (num == typeField || num == reasonField || num == controllerField || num == regardingField) {
+			v, n := protowire.ConsumeBytes(raw)
+			if n < 0 {
+				return WatchFields{}, false
+			}
+			raw = raw[n:]
+			switch num {
+			case typeField:
+				f.Type = aliased(v)
+			case reasonField:
+				f.Reason = aliased(v)
+			case controllerField:
+				f.ReportingController = aliased(v)
+			default:
+				if !peekRefName(v, &f.RegardingName) {
+					return WatchFields{}, false
+				}
+			}
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, raw)
+		if n < 0 {
+			return WatchFields{}, false
+		}
+		raw = raw[n:]
+	}
+	return f, true
+}
+
+// peekRefName sets *name to an encoded object reference's name when it has
+// one (a later reference merged into an earlier one keeps its name
+// otherwise).
+func peekRefName(b []byte, name *string) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if num == refNameField && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			*name, b = aliased(v), b[n:]
 			continue
 		}
 		n = protowire.ConsumeFieldValue(num, typ, b)

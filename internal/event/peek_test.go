@@ -68,6 +68,75 @@ func TestPeekEncodedReadsWhatUnmarshalDecodes(t *testing.T) {
 	}
 }
 
+// TestPeekWatchFieldsReadsWhatUnmarshalDecodes: the fields a watch filters
+// on, read without decoding, are the decoded event's, also when a field
+// comes twice (the last wins, a regarding object is merged: a second one
+// without a name keeps the first's), and a malformed encoding is refused.
+func TestPeekWatchFieldsReadsWhatUnmarshalDecodes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	check := func(name string, b []byte) WatchFields {
+		t.Helper()
+		ev, err := Unmarshal(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		f, ok := PeekWatchFields(b)
+		want := WatchFields{Type: ev.GetType(), Reason: ev.GetReason(), ReportingController: ev.GetReportingController(),
+			RegardingName: ev.GetRegarding().GetName()}
+		if !ok || f != want {
+			t.Fatalf("%s: peeked %+v (ok %v), decoded %+v", name, f, ok, want)
+		}
+		return f
+	}
+	for i := 0; i < 500; i++ {
+		ev := storedLike(rng)
+		switch i % 5 {
+		case 1:
+			ev.Regarding = nil
+		case 2:
+			ev.Type, ev.Reason = "", ""
+		case 3:
+			ev.Regarding.Name = ""
+		case 4:
+			ev.ReportingController = ""
+		}
+		b, err := Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("stored", b)
+	}
+	b, err := Marshal(storedLike(rng))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := func(r *eventgatev1.ObjectReference) []byte {
+		rb, err := proto.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return protowire.AppendBytes(protowire.AppendTag(nil, regardingField, protowire.BytesType), rb)
+	}
+	// A second regarding object without a name keeps the first's.
+	merged := append(append([]byte(nil), b...), ref(&eventgatev1.ObjectReference{Kind: "Pod"})...)
+	if f := check("a merged reference without a name", merged); f.RegardingName == "" {
+		t.Fatal("the first reference's name was lost")
+	}
+	// With one, and a second reason and controller, the last ones win.
+	merged = append(merged, ref(&eventgatev1.ObjectReference{Name: "other"})...)
+	merged = protowire.AppendString(protowire.AppendTag(merged, reasonField, protowire.BytesType), "Again")
+	merged = protowire.AppendString(protowire.AppendTag(merged, controllerField, protowire.BytesType), "")
+	if f := check("repeated fields", merged); f.RegardingName != "other" || f.Reason != "Again" || f.ReportingController != "" {
+		t.Fatalf("repeated fields: %+v", f)
+	}
+	for _, bad := range [][]byte{b[:len(b)-1], {0xff}, protowire.AppendTag(nil, reasonField, protowire.BytesType),
+		append(protowire.AppendTag(nil, regardingField, protowire.BytesType), 2, 0x22, 5)} {
+		if _, ok := PeekWatchFields(bad); ok {
+			t.Fatalf("malformed %x peeked", bad)
+		}
+	}
+}
+
 func TestPeekLabelReadsWhatUnmarshalDecodes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := 0; i < 300; i++ {

@@ -73,6 +73,11 @@ type WatchOptions struct {
 	// events the subjects select, before Match: what a filter subject cannot
 	// say about a subject's tokens, without decoding the event.
 	MatchSubject func(subject string) bool
+	// MatchEncoded, when set, is applied in process to the encoding of the
+	// events the subjects select (and MatchSubject passes), before Match;
+	// it reads what it needs without decoding (PeekWatchFields, which
+	// refuses a malformed encoding).
+	MatchEncoded func(raw []byte) bool
 	// Match, when set, is applied in process to events the subjects select.
 	Match func(*eventgatev1.Event) bool
 	// After, when set, resumes after this stream sequence; nil starts live.

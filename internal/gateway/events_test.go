@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -532,6 +533,21 @@ func TestWatchFilters(t *testing.T) {
 	// position has moved past every event without more deliveries.
 	for i := range watches {
 		streams[i].CloseSend()
+	}
+	// The same filters on a watch resumed from the start: the replay of the
+	// stored events selects the same ones.
+	for i, w := range watches {
+		req := proto.Clone(w.req).(*eventgatev1.StreamWatchRequest)
+		req.ResourceVersion = "0"
+		got := recvN(t, watchEstablished(t, ctx, tg.client, req), len(w.want))
+		var reasons []string
+		for _, r := range got {
+			reasons = append(reasons, r.Object.Reason)
+		}
+		slices.Sort(reasons)
+		if diff := cmp.Diff(w.want, reasons); diff != "" {
+			t.Errorf("resumed watch %d (%v): (-want +got)\n%s", i, req, diff)
+		}
 	}
 }
 

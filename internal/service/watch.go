@@ -107,17 +107,17 @@ func (s *Events) watchOptions(req *eventgatev1.StreamWatchRequest) (event.WatchO
 		o.MatchSubject = subject.MatchGroupKind(f.Group, f.Kind)
 	}
 	// The object's name is no subject token (see package subject): a watch
-	// of one object is matched on the decoded event, as the other fields.
+	// of one object is matched in process, as the other fields are, on the
+	// event's encoding without decoding it.
 	name := req.GetName()
 	types, reasons, controllers := req.GetTypes(), req.GetReasons(), req.GetReportingControllers()
 	if name != "" || len(types) > 0 || len(reasons) > 0 || len(controllers) > 0 {
-		o.Match = func(ev *eventgatev1.Event) bool {
-			if name != "" && ev.GetRegarding().GetName() != name {
-				return false
-			}
-			return (len(types) == 0 || slices.Contains(types, ev.GetType())) &&
-				(len(reasons) == 0 || slices.Contains(reasons, ev.GetReason())) &&
-				(len(controllers) == 0 || slices.Contains(controllers, ev.GetReportingController()))
+		o.MatchEncoded = func(raw []byte) bool {
+			f, ok := event.PeekWatchFields(raw)
+			return ok && (name == "" || f.RegardingName == name) &&
+				(len(types) == 0 || slices.Contains(types, f.Type)) &&
+				(len(reasons) == 0 || slices.Contains(reasons, f.Reason)) &&
+				(len(controllers) == 0 || slices.Contains(controllers, f.ReportingController))
 		}
 	}
 	if rv := req.GetResourceVersion(); rv != "" {

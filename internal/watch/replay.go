@@ -190,6 +190,9 @@ func (h *Hub) replayBatch(ctx context.Context, cons jetstream.Consumer, o event.
 			continue
 		}
 		cursor = seq
+		if o.MatchEncoded != nil && !o.MatchEncoded(msg.Data()) {
+			continue
+		}
 		ev, err := event.Unmarshal(msg.Data())
 		if err != nil {
 			h.metrics.decodeErrors.Inc()

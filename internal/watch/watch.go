@@ -186,7 +186,7 @@ func (h *Hub) dispatch(msg jetstream.Msg) {
 	}
 	it := event.WatchItem{Seq: seq, Event: ev, Raw: raw, Trace: sc, Stored: meta.Timestamp, Live: true}
 	for _, w := range h.matched {
-		if w.dead || seq <= w.lastQueued || (w.match != nil && !w.match(ev)) {
+		if w.dead || seq <= w.lastQueued || (w.matchRaw != nil && !w.matchRaw(raw)) || (w.match != nil && !w.match(ev)) {
 			continue
 		}
 		w.lastQueued = seq

@@ -13,6 +13,7 @@ import (
 type watcher struct {
 	subjects   []string
 	matchSubj  func(subject string) bool // before match, on the subject alone
+	matchRaw   func(raw []byte) bool     // before match, on the encoding
 	match      func(*eventgatev1.Event) bool
 	encoded    bool // sends WatchItem.Raw on (WatchOptions.Encoded)
 	q          queue
@@ -99,6 +100,7 @@ func newWatcher(o event.WatchOptions) *watcher {
 		subjects:  o.Subjects,
 		match:     o.Match,
 		matchSubj: o.MatchSubject,
+		matchRaw:  o.MatchEncoded,
 		encoded:   o.Encoded,
 		q:         newQueue(buf),
 		overflow:  make(chan struct{}),
