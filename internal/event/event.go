@@ -109,7 +109,9 @@ func (n Normalizer) Normalize(ev *eventgatev1.Event, def *eventgatev1.Tenant, id
 
 	if ev.Tenant == nil || (ev.Tenant.Type == "" && ev.Tenant.Name == "") {
 		if def != nil && (def.Type != "" || def.Name != "") {
-			ev.Tenant = proto.Clone(def).(*eventgatev1.Tenant)
+			// A copy of its two fields: proto.Clone, by reflection, was 1%
+			// of the CPU of an emit stream whose batches name the tenant.
+			ev.Tenant = &eventgatev1.Tenant{Type: def.Type, Name: def.Name}
 		} else {
 			ev.Tenant = &eventgatev1.Tenant{Type: TenantGlobal}
 		}

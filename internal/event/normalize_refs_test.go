@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
 )
 
@@ -45,5 +48,28 @@ func TestValidReferenceChecksAllocateNothing(t *testing.T) {
 	}
 	if called {
 		t.Error("a valid reference had a violation")
+	}
+}
+
+// TestNormalizeGivesAnEventWithoutATenantACopyOfTheDefault: every field of
+// the request's tenant (each set here through reflection, so that a field
+// added to Tenant is set too) is the event's, and the event's is its own.
+func TestNormalizeGivesAnEventWithoutATenantACopyOfTheDefault(t *testing.T) {
+	def := &eventgatev1.Tenant{}
+	fields := def.ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		if f.Kind() != protoreflect.StringKind || f.Cardinality() == protoreflect.Repeated {
+			t.Fatalf("Tenant.%s is not a string: copy it in Normalize", f.Name())
+		}
+		def.ProtoReflect().Set(f, protoreflect.ValueOfString("v"))
+	}
+	def.Type, def.Name = "project", "acme"
+	ev := &eventgatev1.Event{Reason: "ScaledUp", Regarding: &eventgatev1.ObjectReference{Kind: "Deployment", Name: "api", Namespace: "web"}}
+	if vs := (Normalizer{Limits: DefaultLimits()}).Normalize(ev, def, "", "events[0]"); len(vs) > 0 {
+		t.Fatal(vs)
+	}
+	if !proto.Equal(ev.Tenant, def) || ev.Tenant == def {
+		t.Fatalf("event's tenant %v (same message: %v), want a copy of %v", ev.Tenant, ev.Tenant == def, def)
 	}
 }

@@ -375,7 +375,7 @@ func (s *Events) admit(ctx context.Context, b batch) (callerUID []bool, err erro
 			continue
 		}
 		callerUID[i] = ev.Uid != ""
-		vs = append(vs, s.cfg.Normalizer.Normalize(ev, def, idemKey, fmt.Sprintf("events[%d]", i))...)
+		vs = append(vs, s.cfg.Normalizer.Normalize(ev, def, idemKey, "events["+strconv.Itoa(i)+"]")...)
 	}
 	if len(vs) > 0 {
 		s.metrics.rejected.Add(float64(len(evs)))
