@@ -36,63 +36,30 @@ type EncodedHead struct {
 // they are for a lookup or a comparison, and raw must not change while
 // they are in use; clone one to keep it (strings.Clone).
 func PeekEncoded(raw []byte) (h EncodedHead, ok bool) {
-	for len(raw) > 0 {
-		num, typ, n := protowire.ConsumeTag(raw)
-		if n < 0 {
-			return EncodedHead{}, false
+	fs := bytesFields{b: raw}
+	for num, v, more := fs.next(); more; num, v, more = fs.next() {
+		switch num {
+		case typeField:
+			h.Type = aliased(v)
+		case tenantField:
+			ts := bytesFields{b: v}
+			for num, v, more := ts.next(); more; num, v, more = ts.next() {
+				switch num {
+				case tenantTypeField:
+					h.TenantType = aliased(v)
+				case tenantNameField:
+					h.TenantName = aliased(v)
+				}
+			}
+			if ts.bad {
+				return EncodedHead{}, false
+			}
 		}
-		raw = raw[n:]
-		switch {
-		case num == typeField && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(raw)
-			if n < 0 {
-				return EncodedHead{}, false
-			}
-			h.Type, raw = aliased(v), raw[n:]
-		case num == tenantField && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(raw)
-			if n < 0 || !peekTenant(v, &h) {
-				return EncodedHead{}, false
-			}
-			raw = raw[n:]
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, raw)
-			if n < 0 {
-				return EncodedHead{}, false
-			}
-			raw = raw[n:]
-		}
+	}
+	if fs.bad {
+		return EncodedHead{}, false
 	}
 	return h, true
-}
-
-func peekTenant(b []byte, h *EncodedHead) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		if (num == tenantTypeField || num == tenantNameField) && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return false
-			}
-			if num == tenantTypeField {
-				h.TenantType = aliased(v)
-			} else {
-				h.TenantName = aliased(v)
-			}
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
 }
 
 // WatchFields are the fields of a stored event a watch may filter on
@@ -109,66 +76,33 @@ type WatchFields struct {
 // Unmarshal would decode (the last of a repeated field, a repeated
 // regarding object merged) and share raw's memory, as PeekEncoded's do.
 func PeekWatchFields(raw []byte) (f WatchFields, ok bool) {
-	for len(raw) > 0 {
-		num, typ, n := protowire.ConsumeTag(raw)
-		if n < 0 {
-			return WatchFields{}, false
-		}
-		raw = raw[n:]
-		if typ == protowire.BytesType && (num == typeField || num == reasonField || num == controllerField || num == regardingField) {
-			v, n := protowire.ConsumeBytes(raw)
-			if n < 0 {
-				return WatchFields{}, false
-			}
-			raw = raw[n:]
-			switch num {
-			case typeField:
-				f.Type = aliased(v)
-			case reasonField:
-				f.Reason = aliased(v)
-			case controllerField:
-				f.ReportingController = aliased(v)
-			default:
-				if !peekRefName(v, &f.RegardingName) {
-					return WatchFields{}, false
+	fs := bytesFields{b: raw}
+	for num, v, more := fs.next(); more; num, v, more = fs.next() {
+		switch num {
+		case typeField:
+			f.Type = aliased(v)
+		case reasonField:
+			f.Reason = aliased(v)
+		case controllerField:
+			f.ReportingController = aliased(v)
+		case regardingField:
+			// A later reference merged into an earlier one keeps the
+			// earlier's name unless it has one.
+			rs := bytesFields{b: v}
+			for num, v, more := rs.next(); more; num, v, more = rs.next() {
+				if num == refNameField {
+					f.RegardingName = aliased(v)
 				}
 			}
-			continue
+			if rs.bad {
+				return WatchFields{}, false
+			}
 		}
-		n = protowire.ConsumeFieldValue(num, typ, raw)
-		if n < 0 {
-			return WatchFields{}, false
-		}
-		raw = raw[n:]
+	}
+	if fs.bad {
+		return WatchFields{}, false
 	}
 	return f, true
-}
-
-// peekRefName sets *name to an encoded object reference's name when it has
-// one (a later reference merged into an earlier one keeps its name
-// otherwise).
-func peekRefName(b []byte, name *string) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		if num == refNameField && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return false
-			}
-			*name, b = aliased(v), b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
 }
 
 // PeekLabel reads the value of the label key of raw, an encoded event,
@@ -177,65 +111,68 @@ func peekRefName(b []byte, name *string) bool {
 // Unmarshal would decode (the last entry of the key), sharing raw's memory
 // as PeekEncoded's do.
 func PeekLabel(raw []byte, key string) (value string, found, ok bool) {
-	for len(raw) > 0 {
-		num, typ, n := protowire.ConsumeTag(raw)
-		if n < 0 {
-			return "", false, false
-		}
-		raw = raw[n:]
-		if num == labelsField && typ == protowire.BytesType {
-			entry, n := protowire.ConsumeBytes(raw)
-			if n < 0 {
-				return "", false, false
-			}
-			raw = raw[n:]
-			k, v, ok := peekLabelEntry(entry)
-			if !ok {
-				return "", false, false
-			}
-			if k == key {
-				value, found = v, true
-			}
+	fs := bytesFields{b: raw}
+	for num, entry, more := fs.next(); more; num, entry, more = fs.next() {
+		if num != labelsField {
 			continue
 		}
-		n = protowire.ConsumeFieldValue(num, typ, raw)
-		if n < 0 {
+		// A map entry: its key and value, empty when left out (as
+		// Unmarshal reads them).
+		var k, v string
+		es := bytesFields{b: entry}
+		for num, b, more := es.next(); more; num, b, more = es.next() {
+			switch num {
+			case labelKeyField:
+				k = aliased(b)
+			case labelValueField:
+				v = aliased(b)
+			}
+		}
+		if es.bad {
 			return "", false, false
 		}
-		raw = raw[n:]
+		if k == key {
+			value, found = v, true
+		}
+	}
+	if fs.bad {
+		return "", false, false
 	}
 	return value, found, true
 }
 
-// peekLabelEntry reads a labels map entry: its key and value (empty when
-// left out, as Unmarshal reads them).
-func peekLabelEntry(b []byte) (key, value string, ok bool) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+// bytesFields reads the length-delimited fields of an encoded message in
+// order, skipping the other fields; bad is set when it met one that is
+// not well formed (and next then returns no more).
+type bytesFields struct {
+	b   []byte
+	bad bool
+}
+
+func (r *bytesFields) next() (num protowire.Number, v []byte, more bool) {
+	for len(r.b) > 0 {
+		num, typ, n := protowire.ConsumeTag(r.b)
 		if n < 0 {
-			return "", "", false
+			r.bad = true
+			return 0, nil, false
 		}
-		b = b[n:]
-		if (num == labelKeyField || num == labelValueField) && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
+		r.b = r.b[n:]
+		if typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(r.b)
 			if n < 0 {
-				return "", "", false
+				r.bad = true
+				return 0, nil, false
 			}
-			if num == labelKeyField {
-				key = aliased(v)
-			} else {
-				value = aliased(v)
-			}
-			b = b[n:]
-			continue
+			r.b = r.b[n:]
+			return num, v, true
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return "", "", false
+		if n = protowire.ConsumeFieldValue(num, typ, r.b); n < 0 {
+			r.bad = true
+			return 0, nil, false
 		}
-		b = b[n:]
+		r.b = r.b[n:]
 	}
-	return key, value, true
+	return 0, nil, false
 }
 
 // aliased is b as a string without a copy.

@@ -28,8 +28,7 @@ func TestPeekEncodedReadsWhatUnmarshalDecodes(t *testing.T) {
 			t.Fatalf("%s: peeked %+v (ok %v), decoded %+v", name, h, ok, want)
 		}
 	}
-	for i := 0; i < 500; i++ {
-		ev := storedLike(rng)
+	eachStoredVariant(t, rng, 500, func(i int, ev *eventgatev1.Event) {
 		switch i % 4 {
 		case 1:
 			ev.Tenant = nil
@@ -38,25 +37,13 @@ func TestPeekEncodedReadsWhatUnmarshalDecodes(t *testing.T) {
 		case 3:
 			ev.Tenant.Name = ""
 		}
-		b, err := Marshal(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		check("stored", b)
-	}
+	}, func(b []byte) { check("stored", b) })
 	// A second type and a second, partial tenant after the first.
-	b, err := Marshal(storedLike(rng))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustMarshal(t, storedLike(rng))
 	b = protowire.AppendTag(b, typeField, protowire.BytesType)
 	b = protowire.AppendString(b, "Normal")
-	tb, err := proto.Marshal(&eventgatev1.Tenant{Name: "other"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	b = protowire.AppendTag(b, tenantField, protowire.BytesType)
-	b = protowire.AppendBytes(b, tb)
+	b = protowire.AppendBytes(b, mustMarshal(t, &eventgatev1.Tenant{Name: "other"}))
 	check("repeated fields", b)
 	if h, _ := PeekEncoded(b); h.Type != "Normal" || h.TenantType != "project" || h.TenantName != "other" {
 		t.Fatalf("repeated fields: %+v", h)
@@ -88,8 +75,7 @@ func TestPeekWatchFieldsReadsWhatUnmarshalDecodes(t *testing.T) {
 		}
 		return f
 	}
-	for i := 0; i < 500; i++ {
-		ev := storedLike(rng)
+	eachStoredVariant(t, rng, 500, func(i int, ev *eventgatev1.Event) {
 		switch i % 5 {
 		case 1:
 			ev.Regarding = nil
@@ -100,22 +86,10 @@ func TestPeekWatchFieldsReadsWhatUnmarshalDecodes(t *testing.T) {
 		case 4:
 			ev.ReportingController = ""
 		}
-		b, err := Marshal(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		check("stored", b)
-	}
-	b, err := Marshal(storedLike(rng))
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, func(b []byte) { check("stored", b) })
+	b := mustMarshal(t, storedLike(rng))
 	ref := func(r *eventgatev1.ObjectReference) []byte {
-		rb, err := proto.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return protowire.AppendBytes(protowire.AppendTag(nil, regardingField, protowire.BytesType), rb)
+		return protowire.AppendBytes(protowire.AppendTag(nil, regardingField, protowire.BytesType), mustMarshal(t, r))
 	}
 	// A second regarding object without a name keeps the first's.
 	merged := append(append([]byte(nil), b...), ref(&eventgatev1.ObjectReference{Kind: "Pod"})...)
@@ -135,6 +109,26 @@ func TestPeekWatchFieldsReadsWhatUnmarshalDecodes(t *testing.T) {
 			t.Fatalf("malformed %x peeked", bad)
 		}
 	}
+}
+
+// eachStoredVariant encodes n events like stored ones, each changed by
+// vary first, and hands check each encoding.
+func eachStoredVariant(t *testing.T, rng *rand.Rand, n int, vary func(i int, ev *eventgatev1.Event), check func(b []byte)) {
+	t.Helper()
+	for i := range n {
+		ev := storedLike(rng)
+		vary(i, ev)
+		check(mustMarshal(t, ev))
+	}
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestPeekLabelReadsWhatUnmarshalDecodes(t *testing.T) {
