@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	ejs "github.com/eventgate/eventgate/internal/jetstream"
 )
 
 // pipeline carries one ownership epoch's publishes to the events stream and
@@ -30,7 +33,8 @@ type pipeline struct {
 	mu       sync.Mutex
 	acked    uint64
 	err      error
-	progress chan struct{} // closed and replaced at every change of acked or err
+	progress chan struct{} // closed and replaced at a change of acked or err that waiting is for
+	waiting  bool          // a waitAcked holds progress
 }
 
 // item is a publish to wait for, a decision to send, or both (a decision
@@ -49,6 +53,10 @@ type item struct {
 // futureTimeout bounds the wait for one acknowledgement, in case the client
 // never resolves it.
 const futureTimeout = 30 * time.Second
+
+// errNoAck is a wait for an acknowledgement that ended at futureTimeout,
+// the future still unresolved.
+var errNoAck = fmt.Errorf("no acknowledgement within %v: %w", futureTimeout, context.DeadlineExceeded)
 
 // maxDecisionBytes bounds one decisions message.
 const maxDecisionBytes = 32 << 10
@@ -87,6 +95,9 @@ func (p *pipeline) waitAcked(ctx context.Context, n uint64) error {
 	for {
 		p.mu.Lock()
 		err, acked, ch := p.err, p.acked, p.progress
+		if err == nil && acked < n {
+			p.waiting = true
+		}
 		p.mu.Unlock()
 		if err != nil {
 			return err
@@ -111,8 +122,13 @@ func (p *pipeline) settle(err error) {
 	} else {
 		p.acked++
 	}
-	close(p.progress)
-	p.progress = make(chan struct{})
+	// Only a waiter needs the channel closed: most acknowledgements have
+	// none, and a new channel for each was an allocation per write.
+	if p.waiting {
+		close(p.progress)
+		p.progress = make(chan struct{})
+		p.waiting = false
+	}
 	p.mu.Unlock()
 }
 
@@ -164,6 +180,10 @@ func (p *pipeline) run() {
 			// steady load the queue is seldom empty, and a decision must
 			// not wait for later writes.
 			ack, err := acks.await(it.fut, flushAll)
+			if !errors.Is(err, errNoAck) {
+				// Resolved: the client is done with its message.
+				ejs.Release(it.fut.Msg())
+			}
 			p.settle(err)
 			if p.written != nil && err == nil {
 				p.written.Observe(time.Since(it.at).Seconds())
@@ -216,6 +236,6 @@ func (w *ackWaiter) await(fut jetstream.PubAckFuture, idle func()) (*jetstream.P
 	case err := <-fut.Err():
 		return nil, err
 	case <-w.t.C:
-		return nil, fmt.Errorf("no acknowledgement within %v: %w", futureTimeout, context.DeadlineExceeded)
+		return nil, errNoAck
 	}
 }

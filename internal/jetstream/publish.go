@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,14 +29,28 @@ var traceContext = propagation.TraceContext{}
 
 // Msg is w's message.
 func Msg(w wire.Write) (*nats.Msg, error) {
+	m := nats.NewMsg("")
+	if err := fill(m, w); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// msgs holds messages of writes whose acknowledgement came (Release):
+// each write's message, with its header map, is one of the larger
+// allocations per event on the write path.
+var msgs = sync.Pool{New: func() any { return nats.NewMsg("") }}
+
+// fill makes m, whose header map is empty, w's message.
+func fill(m *nats.Msg, w wire.Write) error {
 	data := w.Data
 	if data == nil {
 		var err error
 		if data, err = event.Marshal(w.Event); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	m := nats.NewMsg(event.SubjectOf(w.Event))
+	m.Subject = event.SubjectOf(w.Event)
 	m.Data = data
 	// The keys are constants in the canonical form Header.Get looks up
 	// (TestWriteMessageCarriesEveryHeader reads each back with Get): set
@@ -52,13 +67,16 @@ func Msg(w wire.Write) (*nats.Msg, error) {
 	if w.Trace != nil {
 		traceContext.Inject(w.Trace, propagation.HeaderCarrier(m.Header))
 	}
-	return m, nil
+	return nil
 }
 
-// Async publishes w and returns the future of its acknowledgement.
+// Async publishes w and returns the future of its acknowledgement. Once
+// the future has given its acknowledgement or its error, Release may take
+// its message back.
 func (p *Publisher) Async(w wire.Write) (jetstream.PubAckFuture, error) {
-	m, err := Msg(w)
-	if err != nil {
+	m := msgs.Get().(*nats.Msg)
+	if err := fill(m, w); err != nil {
+		Release(m)
 		return nil, fmt.Errorf("publish write %s: %w", w.ID, err)
 	}
 	// No Nats-Expected-Stream header: the server stores it with every
@@ -67,9 +85,26 @@ func (p *Publisher) Async(w wire.Write) (jetstream.PubAckFuture, error) {
 	// acknowledges an events subject is the events stream.
 	f, err := p.js.PublishMsgAsync(m)
 	if err != nil {
+		// The client may hold it still (a publish that failed after
+		// its future was registered): not reused.
 		return nil, fmt.Errorf("publish write %s: %w", w.ID, err)
 	}
 	return f, nil
+}
+
+// Release takes back the message of a write that Async published, once
+// its future has given the acknowledgement or the error: the client is
+// done with it then (it resolves a future once, and keeps nothing of its
+// message after). The message must not be used after. A nil message is
+// ignored.
+func Release(m *nats.Msg) {
+	if m == nil {
+		return
+	}
+	clear(m.Header)
+	h := m.Header
+	*m = nats.Msg{Header: h}
+	msgs.Put(m)
 }
 
 // Start publishes ws, after those of every Start before it; wait, called
@@ -84,7 +119,7 @@ func (p *Publisher) Start(ws []wire.Write) (wait func(context.Context) ([]wire.A
 		}
 	}
 	return func(ctx context.Context) ([]wire.Ack, error) {
-		return awaitAll(ctx, futures)
+		return awaitReleased(ctx, futures)
 	}, nil
 }
 
@@ -114,6 +149,20 @@ func awaitAll(ctx context.Context, futures []jetstream.PubAckFuture) ([]wire.Ack
 		case <-ctx.Done():
 			return nil, fmt.Errorf("publish: %w", ctx.Err())
 		}
+	}
+	return acks, nil
+}
+
+// awaitReleased is awaitAll for futures of Async: each message is
+// released once every future has resolved (those of a failed wait are
+// left to the collector).
+func awaitReleased(ctx context.Context, futures []jetstream.PubAckFuture) ([]wire.Ack, error) {
+	acks, err := awaitAll(ctx, futures)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range futures {
+		Release(f.Msg())
 	}
 	return acks, nil
 }

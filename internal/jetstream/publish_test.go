@@ -1,11 +1,14 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
@@ -104,5 +107,67 @@ func TestPublisherAcksInOrderAndDeduplicatesByID(t *testing.T) {
 	}
 	if want := []wire.Ack{{Sequence: 2, Duplicate: true}}; !cmp.Equal(acks, want) {
 		t.Errorf("retried write: acks %v, want %v", acks, want)
+	}
+}
+
+// TestReusedMessagesCarryOnlyTheirWritesHeaders: a write's message is
+// taken back once acknowledged and reused for a later write; each stored
+// message carries exactly its own write's subject, data and headers, none
+// left from the write before it.
+func TestReusedMessagesCarryOnlyTheirWritesHeaders(t *testing.T) {
+	ns := natstest.StartServer(t)
+	nc, js := natstest.Connect(t, ns.ClientURL())
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	p := NewPublisher(js)
+	var written []wire.Write
+	for i := range 200 {
+		ev := testEvent("u" + strconv.Itoa(i))
+		ev.Tenant.Name = "p" + strconv.Itoa(i%3)
+		w := wire.Write{Event: ev}
+		// Every combination of headers, one write after another.
+		if i%2 == 0 {
+			w.ID = "id-" + strconv.Itoa(i)
+		}
+		if i%3 == 0 {
+			w.Reason = "started"
+		}
+		if i%5 == 0 {
+			w.Minutes = []wire.Minute{{Start: t0, Count: uint32(i)}}
+		}
+		if i%7 == 0 {
+			w.Trace = trace.ContextWithRemoteSpanContext(context.Background(), sc)
+		}
+		wait, err := p.Start([]wire.Write{w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, w)
+	}
+	for i, w := range written {
+		stored, err := s.GetMsg(ctx, uint64(i+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := Msg(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Subject != want.Subject || !bytes.Equal(stored.Data, want.Data) {
+			t.Errorf("write %d stored on %q with %d bytes, want %q with %d", i, stored.Subject, len(stored.Data), want.Subject, len(want.Data))
+		}
+		if diff := cmp.Diff(map[string][]string(want.Header), map[string][]string(stored.Header), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("write %d headers (-want +stored):\n%s", i, diff)
+		}
 	}
 }
