@@ -88,10 +88,24 @@ func availableMemory() int64 {
 // that took 100,000 one-event Emits and then went quiet kept ~370 MiB of
 // free heap resident. releaseWhenIdle returns it once the process has been
 // quiet for a while: one collection and scavenge per quiet spell.
+//
+// Returned memory is not free to take back: when the load resumes, the
+// heap grows again one page fault per 4 KiB page (about 14 µs each on a
+// virtual machine, 3.5 ms of CPU per MiB), ~1.4 s of CPU for 400 MiB in the
+// first seconds of the next burst, and every call of those seconds waits
+// for it. Returned after 10 s of quiet, a load that resumed after a 20 s
+// pause took 26-28k page faults a second in its first 4 s (7-8k with the
+// heap kept), and its batch ack p99 over the next 20 s was 138-399 ms
+// (median 179) against 60-180 ms (median 129) with the heap kept
+// (BENCHMARKS.md, session 56). So only a gateway quiet for a minute
+// returns it: pauses of seconds keep their heap.
 const (
 	idleInterval = 5 * time.Second
-	// idleSamples intervals in a row below idleAllocRate make a quiet spell.
-	idleSamples = 2
+	// idleQuiet is how long the process must be quiet (idleSamples
+	// intervals in a row below idleAllocRate) before its free heap is
+	// returned.
+	idleQuiet   = time.Minute
+	idleSamples = int(idleQuiet / idleInterval)
 	// idleAllocRate is the allocation rate below which the process is
 	// quiet: under a load of a few hundred events a second it allocates
 	// more (about 25 KB an event, watches included).
@@ -102,13 +116,20 @@ const (
 
 // idleRelease decides, from one sample an interval, when to return the free
 // heap to the operating system: once the process has allocated less than
-// rate bytes in each of idleSamples intervals in a row, if at least
-// minFree bytes are free, and then not again until it has been busy.
+// rate bytes in each of samples intervals in a row, if at least minFree
+// bytes are free, and then not again until it has been busy.
 type idleRelease struct {
 	rate, minFree uint64
+	samples       int
 	prev          uint64 // bytes allocated up to the previous sample
 	quiet         int    // intervals in a row below rate
 	released      bool   // returned since the last busy interval
+}
+
+// newIdleRelease is the gateway's policy: idleSamples intervals of
+// idleInterval below idleAllocRate, at least idleMinFree free.
+func newIdleRelease() idleRelease {
+	return idleRelease{rate: idleAllocRate * uint64(idleInterval/time.Second), minFree: idleMinFree, samples: idleSamples}
 }
 
 // observe takes the process's cumulative bytes allocated and its free heap
@@ -121,7 +142,7 @@ func (r *idleRelease) observe(allocated, free uint64) bool {
 		return false
 	}
 	r.quiet++
-	if r.released || r.quiet < idleSamples || free < r.minFree {
+	if r.released || r.quiet < r.samples || free < r.minFree {
 		return false
 	}
 	r.released = true
@@ -132,7 +153,7 @@ func (r *idleRelease) observe(allocated, free uint64) bool {
 // quiet spell (idleRelease), until ctx ends.
 func releaseWhenIdle(ctx context.Context, log *slog.Logger) {
 	samples := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
-	r := idleRelease{rate: idleAllocRate * uint64(idleInterval/time.Second), minFree: idleMinFree}
+	r := newIdleRelease()
 	t := time.NewTicker(idleInterval)
 	defer t.Stop()
 	for {

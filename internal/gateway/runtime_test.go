@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/debug"
 	"testing"
+	"time"
 
 	"github.com/eventgate/eventgate/internal/gateway/config"
 )
@@ -62,7 +63,7 @@ func TestTuneRuntime(t *testing.T) {
 // until it has been busy.
 func TestFreeHeapReturnedOnceAQuietSpellFollowsABusyOne(t *testing.T) {
 	const rate, minFree = 100, 1000
-	r := idleRelease{rate: rate, minFree: minFree}
+	r := idleRelease{rate: rate, minFree: minFree, samples: 2}
 	var allocated uint64
 	step := func(alloc, free uint64) bool {
 		allocated += alloc
@@ -88,5 +89,36 @@ func TestFreeHeapReturnedOnceAQuietSpellFollowsABusyOne(t *testing.T) {
 		if got := step(s.alloc, s.free); got != s.want {
 			t.Fatalf("step %d (%s): release %v, want %v", i, s.what, got, s.want)
 		}
+	}
+}
+
+// The gateway keeps its free heap through a pause of less than a minute
+// (taking it back when the load resumes costs a page fault per page) and
+// returns it once it has been quiet for a minute.
+func TestFreeHeapKeptThroughPausesShorterThanAMinute(t *testing.T) {
+	r := newIdleRelease()
+	const free = 512 << 20
+	var allocated uint64
+	interval := func(bytesPerSecond uint64) bool {
+		allocated += bytesPerSecond * uint64(idleInterval/time.Second)
+		return r.observe(allocated, free)
+	}
+	pause := func(d time.Duration) (releasedAfter time.Duration) {
+		for elapsed := idleInterval; elapsed <= d; elapsed += idleInterval {
+			if interval(1 << 20) { // 1 MiB/s: quiet
+				return elapsed
+			}
+		}
+		return 0
+	}
+	for range 3 {
+		interval(100 << 20) // a busy interval
+		if after := pause(55 * time.Second); after != 0 {
+			t.Fatalf("free heap returned %v into a pause of 55s", after)
+		}
+	}
+	interval(100 << 20)
+	if after := pause(2 * time.Minute); after != time.Minute {
+		t.Fatalf("free heap returned %v into a pause of 2m, want after 1m0s", after)
 	}
 }
