@@ -241,7 +241,7 @@ func (g *Gateway) startLog(ctx context.Context) error {
 		}
 		return err
 	}
-	g.hub, err = watch.Start(sctx, g.paths.watch.js, cfg.NATS.Stream, log, watch.NewMetrics(g.registry), watch.OfReplica(g.replica.ID))
+	g.hub, err = watch.Start(sctx, g.paths.watch.js, cfg.NATS.Stream, log, watch.NewMetrics(g.registry), watch.OfReplica(g.replica.ID), watch.ReplayIdle(cfg.WatchReplayIdle))
 	return err
 }
 

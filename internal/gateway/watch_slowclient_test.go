@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
 // consumerCount is the number of consumers on the events stream.
@@ -92,8 +93,10 @@ func TestCancelledResumedWatchesLeaveNoConsumers(t *testing.T) {
 // ends with Internal "internal error", no resourceVersion: the client cannot
 // resume and must list again. Observed on the binary with grpc: watch from 0
 // over 900,000 events, read 10, pause 75 s: 1,014 more events, then Internal.
+// The gateway here lets a catch-up's consumer idle for 3 s, not the default
+// minute (--watch-replay-idle), so that the pause is short.
 func TestPausedReplayingWatcherResumable(t *testing.T) {
-	tg := startGateway(t, nil)
+	tg := startGateway(t, func(c *config.Config) { c.WatchReplayIdle = 3 * time.Second })
 	const total = 8000
 	emitBulk(t, tg, "Replay", "j", total)
 	before := consumerCount(t, tg)
@@ -109,12 +112,12 @@ func TestPausedReplayingWatcherResumable(t *testing.T) {
 		t.Fatalf("the catch-up has no consumer of its own (%d consumers, %d before)", n, before)
 	}
 	// The client pauses; the catch-up is blocked sending to it. Wait until
-	// the server has removed its idle consumer (a minute of inactivity).
+	// the server has removed its idle consumer (3 s of inactivity).
 	for consumerCount(t, tg) > before {
 		if ctx.Err() != nil {
 			t.Fatal("the catch-up consumer was never removed")
 		}
-		time.Sleep(time.Second) // polling the stream's consumer count
+		time.Sleep(200 * time.Millisecond) // polling the stream's consumer count
 	}
 	// The client reads again.
 	for last < total {

@@ -230,7 +230,7 @@ func (h *Hub) replayConsumer(ctx context.Context, o event.WatchOptions, after ui
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       after + 1,
 		AckPolicy:         jetstream.AckNonePolicy,
-		InactiveThreshold: time.Minute,
+		InactiveThreshold: h.replayIdle,
 		MemoryStorage:     true,
 		Replicas:          1,
 	}

@@ -38,6 +38,9 @@ type Hub struct {
 	log     *slog.Logger
 	metrics *Metrics
 	replica string // names its consumers (OfReplica)
+	// replayIdle is how long the server keeps a catch-up's consumer that
+	// nobody pulls from (ReplayIdle).
+	replayIdle time.Duration
 
 	mu       sync.Mutex
 	last     uint64 // last sequence dispatched
@@ -60,6 +63,23 @@ type Option func(*Hub)
 // id must be a valid consumer name token (letters, digits, '-', '_').
 func OfReplica(id string) Option { return func(h *Hub) { h.replica = id } }
 
+// DefaultReplayIdle is how long the server keeps a catch-up's consumer
+// while its watcher does not read, unless ReplayIdle says otherwise.
+const DefaultReplayIdle = time.Minute
+
+// ReplayIdle sets how long the server keeps the consumer of a catch-up
+// (a watch from a past resourceVersion) while its watcher does not read:
+// after that the server deletes it, and the catch-up makes a new one from
+// where it was when the watcher reads again. Zero or less keeps
+// DefaultReplayIdle.
+func ReplayIdle(d time.Duration) Option {
+	return func(h *Hub) {
+		if d > 0 {
+			h.replayIdle = d
+		}
+	}
+}
+
 // Start starts the live feed at the end of the stream.
 func Start(ctx context.Context, js jetstream.JetStream, streamName string, log *slog.Logger, m *Metrics, opts ...Option) (*Hub, error) {
 	s, err := js.Stream(ctx, streamName)
@@ -74,14 +94,15 @@ func Start(ctx context.Context, js jetstream.JetStream, streamName string, log *
 		m = NewMetrics(nil)
 	}
 	h := &Hub{
-		js:       js,
-		stream:   s,
-		log:      log,
-		metrics:  m,
-		last:     info.State.LastSeq,
-		subs:     gsl.NewSublist[*watcher](),
-		watchers: make(map[*watcher]struct{}),
-		done:     make(chan struct{}),
+		js:         js,
+		stream:     s,
+		log:        log,
+		metrics:    m,
+		last:       info.State.LastSeq,
+		subs:       gsl.NewSublist[*watcher](),
+		watchers:   make(map[*watcher]struct{}),
+		done:       make(chan struct{}),
+		replayIdle: DefaultReplayIdle,
 	}
 	for _, o := range opts {
 		o(h)

@@ -26,6 +26,7 @@ import (
 	"github.com/eventgate/eventgate/internal/limits"
 	"github.com/eventgate/eventgate/internal/notify"
 	"github.com/eventgate/eventgate/internal/rules"
+	"github.com/eventgate/eventgate/internal/watch"
 	"github.com/eventgate/eventgate/internal/webhook"
 )
 
@@ -82,6 +83,11 @@ type Config struct {
 	MaxRequestBytes int `yaml:"maxRequestBytes"`
 	// WatchBuffer bounds the events queued for one watcher before it is ended as too slow.
 	WatchBuffer int `yaml:"watchBuffer"`
+	// WatchReplayIdle is how long a catch-up watch (from a past
+	// resourceVersion) whose client does not read keeps its consumer on the
+	// NATS server; then the server deletes it, and the catch-up makes a new
+	// one where it was when the client reads again.
+	WatchReplayIdle time.Duration `yaml:"watchReplayIdle"`
 	// GCPercent is the garbage collector's target (GOGC) of the gateway
 	// binary: the heap may grow this many percent over the live heap
 	// between collections. The environment variable GOGC overrides it.
@@ -147,6 +153,7 @@ func Default() Config {
 		MaxBatch:          1000,
 		MaxRequestBytes:   4 << 20,
 		WatchBuffer:       4096,
+		WatchReplayIdle:   watch.DefaultReplayIdle,
 		GCPercent:         400,
 		ShutdownTimeout:   15 * time.Second,
 		LogLevel:          "info",
@@ -212,6 +219,9 @@ func (c Config) Validate() error {
 	}
 	if c.WatchBuffer < 1 {
 		errs = append(errs, fmt.Errorf("watch-buffer must be positive, got %d", c.WatchBuffer))
+	}
+	if c.WatchReplayIdle < time.Second {
+		errs = append(errs, fmt.Errorf("watch-replay-idle must be at least 1s, got %v", c.WatchReplayIdle))
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		errs = append(errs, errors.New("tls-cert-file and tls-key-file go together"))
@@ -337,6 +347,7 @@ func flags(c *Config, configPath *string) *flag.FlagSet {
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "most events in one Emit call or EmitStream batch")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest request accepted, in bytes")
 	fs.IntVar(&c.WatchBuffer, "watch-buffer", c.WatchBuffer, "events queued per watcher before it is ended as too slow")
+	fs.DurationVar(&c.WatchReplayIdle, "watch-replay-idle", c.WatchReplayIdle, "how long a catch-up watch whose client does not read keeps its NATS consumer (it makes a new one when the client reads again)")
 	fs.IntVar(&c.GCPercent, "gc-percent", c.GCPercent, "garbage collector target (GOGC) of the binary; the GOGC variable overrides it")
 	fs.Int64Var(&c.MemoryLimitMiB, "memory-limit-mib", c.MemoryLimitMiB, "soft Go memory limit in MiB (GOMEMLIMIT); 0: a quarter of the memory available, at most 1024; -1: none; the GOMEMLIMIT variable overrides it")
 	fs.Int64Var(&c.MemoryBudgetMiB, "memory-budget-mib", c.MemoryBudgetMiB, "resident memory in MiB the whole process keeps under, the embedded engine included: the Go memory limit gives way to what the engine holds, down to half its own; 0: the Go limit plus 512 with the embedded engine, none with --clickhouse-dsn; -1: none")

@@ -58,6 +58,7 @@ func TestLoadErrors(t *testing.T) {
 		{"note too large", []string{"--max-note-bytes", "70000"}, nil},
 		{"bad stream name", []string{"--stream", "a.b"}, nil},
 		{"stray argument", []string{"serve"}, nil},
+		{"watch replay idle under a second", []string{"--watch-replay-idle", "100ms"}, nil},
 		{"ingest nice out of range", []string{"--ingest-nice", "20"}, nil},
 		{"negative ingest nice", nil, map[string]string{"EVENTGATE_INGEST_NICE": "-1"}},
 		{"cors origin without scheme", []string{"--cors-allowed-origins", "dash.example.com"}, nil},
