@@ -26,14 +26,34 @@ type gatewayProcess struct {
 	httpURL  string
 }
 
+// buildGateway returns the gateway binary, built once per test binary
+// (linking it takes 10-15 s on two cores) into a directory TestMain removes.
 func buildGateway(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "gateway")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/eventgate/eventgate/cmd/gateway").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "eventgate-gateway-bin-")
+		if built.err != nil {
+			return
+		}
+		bin := filepath.Join(built.dir, "gateway")
+		out, err := exec.Command("go", "build", "-o", bin, "github.com/eventgate/eventgate/cmd/gateway").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		built.bin = bin
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
+}
+
+// built is the gateway binary buildGateway built for this test binary.
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
 }
 
 func freeAddr(t *testing.T) string {

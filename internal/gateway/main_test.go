@@ -15,7 +15,11 @@ import (
 var chDir string
 
 func TestMain(m *testing.M) {
-	os.Exit(chtest.MainDir(m, "eventgate-gateway-test-", &chDir))
+	code := chtest.MainDir(m, "eventgate-gateway-test-", &chDir)
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
 }
 
 // databaseFor names the ClickHouse database of a gateway's data directory,
