@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -73,7 +72,7 @@ func startGatewayOn(t testing.TB, dataDir, httpAddr string, mutate func(*config.
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := testLogger(t, "on "+dataDir)
 	ctx, cancel := context.WithCancel(context.Background())
 	g, err := New(ctx, cfg, log, opts...)
 	if err != nil {

@@ -237,6 +237,9 @@ func Open(opts Options) (*Engine, error) {
 	if n := min(opts.InsertNice, 19); n > 0 {
 		e.insertSettings = ", os_thread_priority = " + strconv.Itoa(n)
 	}
+	// Threads an engine closed before left under SCHED_IDLE would run
+	// this one's statements (restoreIdle).
+	restoreIdle()
 	if n := min(opts.BackgroundNice, 19); n > 0 || opts.BackgroundIdle {
 		go e.reniceLoop(n, opts.BackgroundIdle)
 	}

@@ -21,13 +21,15 @@ var BackgroundThreads = []string{"MergeMutate", "Move", "Fetch", "Common", "BgSc
 const reniceInterval = time.Second
 
 // reniceLoop keeps the engine's background threads at nice, or under
-// SCHED_IDLE when idle, until Close.
+// SCHED_IDLE when idle, until Close. When idle it also takes back to the
+// normal policy every other thread found under SCHED_IDLE (restoreIdle).
 func (e *Engine) reniceLoop(nice int, idle bool) {
 	t := time.NewTicker(reniceInterval)
 	defer t.Stop()
 	for {
 		if idle {
 			idleBackground()
+			restoreIdle()
 		} else {
 			reniceBackground(nice)
 		}
@@ -78,6 +80,56 @@ func backgroundThreads() []int {
 		}
 		comm, err := os.ReadFile("/proc/self/task/" + task.Name() + "/comm")
 		if err != nil || !isBackground(strings.TrimSpace(string(comm))) {
+			continue
+		}
+		tids = append(tids, tid)
+	}
+	return tids
+}
+
+// restoreIdle takes every thread of this process that is under
+// SCHED_IDLE but not a background engine thread back to SCHED_NORMAL (SCHED_OTHER, nice
+// 0), and returns how many it changed. A thread inherits the policy of
+// the thread that starts it, and an engine thread keeps its policy when it
+// goes back to the engine's global pool: the background threads of an
+// engine closed while the process goes on (its last connection closed)
+// return there under SCHED_IDLE, as does a pool thread a background
+// thread started. Whatever statement such a thread runs next, an insert
+// or a query, then gets the CPU only when nothing else on the machine
+// wants it: with the CPUs busy, an insert of 20 rows waited for more than
+// 30 s (TestShutdownWithStalledWatcher beside other tests in CI, and
+// beside four CPU-bound processes). Leaving SCHED_IDLE needs CAP_SYS_NICE;
+// without it the threads stay as they are (a process that opens its engine
+// once, as the gateway does, has none to take back).
+func restoreIdle() int {
+	n := 0
+	for _, tid := range idleThreads() {
+		if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_NORMAL}, 0); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// idleThreads lists the ids of this process's threads under SCHED_IDLE
+// that are not background engine threads (BackgroundThreads).
+func idleThreads() []int {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil
+	}
+	var tids []int
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil {
+			continue
+		}
+		attr, err := unix.SchedGetAttr(tid, 0)
+		if err != nil || attr.Policy != unix.SCHED_IDLE {
+			continue
+		}
+		comm, err := os.ReadFile("/proc/self/task/" + task.Name() + "/comm")
+		if err != nil || isBackground(strings.TrimSpace(string(comm))) {
 			continue
 		}
 		tids = append(tids, tid)

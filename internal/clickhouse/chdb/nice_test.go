@@ -3,6 +3,7 @@ package chdb
 import (
 	"context"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,4 +148,75 @@ func TestBackgroundThreadsIdle(t *testing.T) {
 			t.Errorf("thread %d (%s) is under SCHED_IDLE: only background threads should be", tid, strings.TrimSpace(string(comm)))
 		}
 	}
+}
+
+// TestIdlePolicyTakenBackFromStatementThreads: a thread under SCHED_IDLE
+// that is not a background engine thread (a pool thread an earlier
+// engine's background threads left there, which would run statements at
+// the idle policy) is taken back to the normal policy while an engine with
+// BackgroundIdle is open.
+func TestIdlePolicyTakenBackFromStatementThreads(t *testing.T) {
+	engine(t)
+	if !canLeaveIdle(t) {
+		t.Skip("leaving SCHED_IDLE needs CAP_SYS_NICE, which this process lacks: leaked threads stay idle")
+	}
+	e, err := Open(Options{DataDir: testDataDir, PoolSize: 1, BackgroundIdle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+
+	policy := make(chan uint32)
+	release := make(chan struct{})
+	defer close(release)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		tid := unix.Gettid()
+		if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_IDLE}, 0); err != nil {
+			t.Error(err)
+			close(policy)
+			return
+		}
+		for {
+			attr, err := unix.SchedGetAttr(tid, 0)
+			if err != nil {
+				t.Error(err)
+				close(policy)
+				return
+			}
+			select {
+			case policy <- attr.Policy:
+			case <-release:
+				return
+			}
+		}
+	}()
+	deadline := time.Now().Add(5 * reniceInterval)
+	for p := range policy {
+		if p == unix.SCHED_NORMAL {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a statement thread under SCHED_IDLE is still at policy %d after %v, want SCHED_NORMAL (%d)", p, 5*reniceInterval, unix.SCHED_NORMAL)
+		}
+		time.Sleep(reniceInterval / 10)
+	}
+}
+
+// canLeaveIdle reports whether this process may take a thread out of
+// SCHED_IDLE, trying it on a thread of its own that then ends.
+func canLeaveIdle(t *testing.T) bool {
+	t.Helper()
+	ok := make(chan bool)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		tid := unix.Gettid()
+		if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_IDLE}, 0); err != nil {
+			t.Error(err)
+			ok <- false
+			return
+		}
+		ok <- unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_NORMAL}, 0) == nil
+	}()
+	return <-ok
 }
