@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	eventgatev1 "github.com/eventgate/eventgate/gen/eventgate/v1"
+	"github.com/eventgate/eventgate/internal/clickhouse/chdb"
 	"github.com/eventgate/eventgate/internal/gateway/config"
 )
 
@@ -63,6 +64,12 @@ func startGatewayOn(t testing.TB, dataDir, httpAddr string, mutate func(*config.
 	cfg.ClickHouse.DataDir = chDir
 	cfg.ClickHouse.Database = databaseFor(dataDir)
 	cfg.ClickHouse.BatchWait = 20 * time.Millisecond
+	// Every gateway of this test process opens and closes an engine, and
+	// the background threads of a closed one go back to the engine's
+	// pool under SCHED_IDLE, to run statements there: only a process that
+	// can take them back out of it (chdb.CanLeaveIdle) may put them under
+	// it, or a loaded machine starves the inserts of later gateways.
+	cfg.ClickHouse.BackgroundIdle = chdb.CanLeaveIdle()
 	// Tests stamp their events with fixed dates, which a default query
 	// window would leave behind; limits_test.go tests the window.
 	cfg.Limits.Tenant.QueryWindow, cfg.Limits.Tenant.MaxQueryWindow = 0, 0

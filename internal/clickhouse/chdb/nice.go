@@ -3,8 +3,10 @@ package chdb
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -109,6 +111,33 @@ func restoreIdle() int {
 		}
 	}
 	return n
+}
+
+// CanLeaveIdle reports whether this process may take a thread out of
+// SCHED_IDLE (it has CAP_SYS_NICE), trying it once on a thread of its own
+// that then ends. Without it, threads restoreIdle finds stay idle: a
+// process that opens and closes engines again and again (a test binary)
+// should then not put background threads under SCHED_IDLE at all.
+func CanLeaveIdle() bool {
+	canLeaveIdle.once.Do(func() {
+		ok := make(chan bool)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			tid := unix.Gettid()
+			if unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_IDLE}, 0) != nil {
+				ok <- false
+				return
+			}
+			ok <- unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_NORMAL}, 0) == nil
+		}()
+		canLeaveIdle.ok = <-ok
+	})
+	return canLeaveIdle.ok
+}
+
+var canLeaveIdle struct {
+	once sync.Once
+	ok   bool
 }
 
 // idleThreads lists the ids of this process's threads under SCHED_IDLE

@@ -157,7 +157,7 @@ func TestBackgroundThreadsIdle(t *testing.T) {
 // BackgroundIdle is open.
 func TestIdlePolicyTakenBackFromStatementThreads(t *testing.T) {
 	engine(t)
-	if !canLeaveIdle(t) {
+	if !CanLeaveIdle() {
 		t.Skip("leaving SCHED_IDLE needs CAP_SYS_NICE, which this process lacks: leaked threads stay idle")
 	}
 	e, err := Open(Options{DataDir: testDataDir, PoolSize: 1, BackgroundIdle: true})
@@ -201,22 +201,4 @@ func TestIdlePolicyTakenBackFromStatementThreads(t *testing.T) {
 		}
 		time.Sleep(reniceInterval / 10)
 	}
-}
-
-// canLeaveIdle reports whether this process may take a thread out of
-// SCHED_IDLE, trying it on a thread of its own that then ends.
-func canLeaveIdle(t *testing.T) bool {
-	t.Helper()
-	ok := make(chan bool)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		tid := unix.Gettid()
-		if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_IDLE}, 0); err != nil {
-			t.Error(err)
-			ok <- false
-			return
-		}
-		ok <- unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_NORMAL}, 0) == nil
-	}()
-	return <-ok
 }
