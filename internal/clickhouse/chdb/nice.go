@@ -70,6 +70,12 @@ func eachBackground(set func(tid int) (bool, error)) int {
 // backgroundThreads lists the ids of this process's background engine
 // threads (BackgroundThreads).
 func backgroundThreads() []int {
+	return threads(func(_ int, name string) bool { return isBackground(name) })
+}
+
+// threads lists the ids of this process's threads for which keep, given
+// a thread's id and name, returns true.
+func threads(keep func(tid int, name string) bool) []int {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return nil
@@ -81,10 +87,9 @@ func backgroundThreads() []int {
 			continue
 		}
 		comm, err := os.ReadFile("/proc/self/task/" + task.Name() + "/comm")
-		if err != nil || !isBackground(strings.TrimSpace(string(comm))) {
-			continue
+		if err == nil && keep(tid, strings.TrimSpace(string(comm))) {
+			tids = append(tids, tid)
 		}
-		tids = append(tids, tid)
 	}
 	return tids
 }
@@ -143,27 +148,13 @@ var canLeaveIdle struct {
 // idleThreads lists the ids of this process's threads under SCHED_IDLE
 // that are not background engine threads (BackgroundThreads).
 func idleThreads() []int {
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return nil
-	}
-	var tids []int
-	for _, task := range tasks {
-		tid, err := strconv.Atoi(task.Name())
-		if err != nil {
-			continue
+	return threads(func(tid int, name string) bool {
+		if isBackground(name) {
+			return false
 		}
 		attr, err := unix.SchedGetAttr(tid, 0)
-		if err != nil || attr.Policy != unix.SCHED_IDLE {
-			continue
-		}
-		comm, err := os.ReadFile("/proc/self/task/" + task.Name() + "/comm")
-		if err != nil || isBackground(strings.TrimSpace(string(comm))) {
-			continue
-		}
-		tids = append(tids, tid)
-	}
-	return tids
+		return err == nil && attr.Policy == unix.SCHED_IDLE
+	})
 }
 
 // SetIdle puts Linux thread tid under the SCHED_IDLE policy unless it is
