@@ -95,8 +95,8 @@ func threads(keep func(tid int, name string) bool) []int {
 }
 
 // restoreIdle takes every thread of this process that is under
-// SCHED_IDLE but not a background engine thread back to SCHED_NORMAL (SCHED_OTHER, nice
-// 0), and returns how many it changed. A thread inherits the policy of
+// SCHED_IDLE but not a background engine thread back to SCHED_NORMAL
+// (SCHED_OTHER, nice 0), and returns how many it changed. A thread inherits the policy of
 // the thread that starts it, and an engine thread keeps its policy when it
 // goes back to the engine's global pool: the background threads of an
 // engine closed while the process goes on (its last connection closed)
