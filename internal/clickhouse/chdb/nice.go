@@ -94,20 +94,20 @@ func threads(keep func(tid int, name string) bool) []int {
 	return tids
 }
 
-// restoreIdle takes every thread of this process that is under
-// SCHED_IDLE but not a background engine thread back to SCHED_NORMAL
-// (SCHED_OTHER, nice 0), and returns how many it changed. A thread inherits the policy of
+// restoreIdle takes every thread of this process that is under SCHED_IDLE
+// but not a background engine thread back to SCHED_NORMAL (SCHED_OTHER,
+// nice 0), and returns how many it changed. A thread inherits the policy of
 // the thread that starts it, and an engine thread keeps its policy when it
 // goes back to the engine's global pool: the background threads of an
 // engine closed while the process goes on (its last connection closed)
-// return there under SCHED_IDLE, as does a pool thread a background
-// thread started. Whatever statement such a thread runs next, an insert
-// or a query, then gets the CPU only when nothing else on the machine
-// wants it: with the CPUs busy, an insert of 20 rows waited for more than
-// 30 s (TestShutdownWithStalledWatcher beside other tests in CI, and
-// beside four CPU-bound processes). Leaving SCHED_IDLE needs CAP_SYS_NICE;
-// without it the threads stay as they are (a process that opens its engine
-// once, as the gateway does, has none to take back).
+// return there under SCHED_IDLE, as does a pool thread a background thread
+// started. Whatever statement such a thread runs next, an insert or a
+// query, then gets the CPU only when nothing else on the machine wants it:
+// with the CPUs busy, a test gateway's ingest stalled for more than 30 s
+// (TestShutdownWithStalledWatcher beside other tests in CI, and beside four
+// CPU-bound processes). Leaving SCHED_IDLE needs CAP_SYS_NICE; without it
+// the threads stay as they are (a process that opens its engine once, as
+// the gateway does, has none to take back).
 func restoreIdle() int {
 	n := 0
 	for _, tid := range idleThreads() {
