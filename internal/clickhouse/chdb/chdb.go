@@ -530,8 +530,12 @@ const MallocConfEnv = "JE_MALLOC_CONF"
 // events inserted in batches of 5,000 (docs/design/chdb.md, "Memory")
 // peaked at 924-956 MiB of resident memory against 1,007-1,080 MiB, as
 // fast; returned at once (dirty_decay_ms:0), at 761-798 MiB, but inserted
-// 40% slower: each page used again faulted in.
-const DefaultMallocConf = "dirty_decay_ms:1000"
+// 40% slower: each page used again faulted in. In the gateway, whose
+// memory budget lowers the Go limit by what the engine holds, 3 s took
+// 15% less of the engine's CPU per event than 1 s at half load (its pages
+// faulted 3-14 thousand times a second at 1 s, ~14 us each on a VM) for
+// the same peak of the whole process (BENCHMARKS.md, session 59).
+const DefaultMallocConf = "dirty_decay_ms:3000"
 
 // configureAllocator sets MallocConfEnv to DefaultMallocConf before the
 // library loads, unless the process's environment sets it.
