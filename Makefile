@@ -7,7 +7,7 @@ BENCH_SCALE ?= full
 # Pinned in deploy/tools/go.mod: render and validate the Kubernetes chart.
 DEPLOY_TOOLS := $(BIN)/helm $(BIN)/kubeconform $(BIN)/k8sschema
 
-.PHONY: all build run test test-go lint generate generate-k8s-openapi check-generated tools chdb bench bench-go clean deploy-tools deploy-check
+.PHONY: all build run test test-go lint generate generate-k8s-openapi check-generated tools chdb bench bench-go pgo clean deploy-tools deploy-check
 
 all: build
 
@@ -80,6 +80,12 @@ deploy-check: deploy-tools
 bench: chdb build
 	$(GO) build -o $(BIN)/bench ./cmd/bench
 	$(BIN)/bench -scale $(BENCH_SCALE) -gateway $(BIN)/gateway -work-dir $(CURDIR)/bench-data -json $(CURDIR)/bench-results.json $(BENCH_ARGS)
+
+## pgo: profile bin/gateway through the bench's write and latency phases into cmd/gateway/default.pgo,
+## which every `go build` of the gateway reads (profile-guided optimization); commit it. ~12 minutes.
+pgo: chdb build
+	$(GO) build -o $(BIN)/bench ./cmd/bench
+	$(BIN)/bench -scale full -only emit,latency -gateway $(BIN)/gateway -work-dir $(CURDIR)/bench-data -json $(CURDIR)/bench-data/pgo-results.json -pgo $(CURDIR)/cmd/gateway/default.pgo
 
 ## bench-go: the go test benchmarks of the gateway package (watch fan-out, emit→queryable)
 bench-go: chdb

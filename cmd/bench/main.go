@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string) error {
 	latRate := fs.Int("latency-rate", 0, "offer this many events/s in the latency phase instead of half the measured EmitStream rate, and skip the throughput phase unless emit is selected")
 	runs := fs.Int("runs", 0, "runs of each figure instead of the scale's (3): more show whether a throughput figure keeps falling or settles")
 	profile := fs.Bool("profile", false, "sample the gateway's CPU with perf during the emit and latency phases (work-dir/perf.data.*.txt), with pprof during the first rules runs (work-dir/cpu.*.pb.gz)")
+	pgo := fs.String("pgo", "", "write the gateway's CPU profile over the write and latency phases here (pprof, merged), for a profile-guided build: `make pgo`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,13 +76,19 @@ func run(ctx context.Context, args []string) error {
 	if _, err := os.Stat(gwAbs); err != nil {
 		return fmt.Errorf("gateway binary (make build): %w", err)
 	}
+	pgoAbs := *pgo
+	if pgoAbs != "" {
+		if pgoAbs, err = filepath.Abs(pgoAbs); err != nil {
+			return fmt.Errorf("-pgo path: %w", err)
+		}
+	}
 	if *runs < 0 {
 		return fmt.Errorf("-runs %d: want 1 or more (0: the scale's)", *runs)
 	}
 	if *runs > 0 {
 		sc.Runs = *runs
 	}
-	cfg := bench.Config{Scale: sc, GatewayBin: gwAbs, Self: self, WorkDir: *work, ChDBLib: *lib, Profile: *profile, LatencyRate: *latRate, RulesWindows: *rulesWindows, Commit: *commit, Log: os.Stderr}
+	cfg := bench.Config{Scale: sc, GatewayBin: gwAbs, Self: self, WorkDir: *work, ChDBLib: *lib, Profile: *profile, PGO: pgoAbs, LatencyRate: *latRate, RulesWindows: *rulesWindows, Commit: *commit, Log: os.Stderr}
 	if *only != "" {
 		cfg.Only = map[string]bool{}
 		for _, s := range strings.Split(*only, ",") {

@@ -64,6 +64,11 @@ type Config struct {
 	// kind norules, rules or spinner; `go tool pprof` merges those of a
 	// kind).
 	Profile bool
+	// PGO, when not empty, is where the CPU profile of the gateway over the
+	// write and latency phases goes (back-to-back pprof profiles, merged):
+	// the profile a profile-guided build of the gateway reads
+	// (cmd/gateway/default.pgo, `make pgo`).
+	PGO string
 	// LatencyRate, when above 0, is the latency phase's offered rate (else
 	// half the EmitStream rate measured): with it, the latency phase runs
 	// without the throughput phase unless emit is selected.
@@ -252,6 +257,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			r.logf("no profile: %v", err)
 		}
 	}
+	var pgo *pgoRecorder
+	if cfg.PGO != "" {
+		pgo = startPGO(ctx, g, cfg.WorkDir, pgoChunk)
+	}
 	var streamRate float64
 	if r.want("emit") || ((r.want("latency") || r.want("rules")) && cfg.LatencyRate <= 0) {
 		r.peak.setPhase("throughput")
@@ -271,6 +280,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.latency(ctx, g, int(streamRate/2))
 		r.logStages(before, stages(ctx, g))
 		r.logMem(ctx, g, "latency")
+	}
+	if pgo != nil {
+		if n, err := pgo.stop(ctx, cfg.PGO); err != nil {
+			r.logf("PGO profile: %v", err)
+		} else {
+			r.logf("PGO profile: %d CPU profiles of %s merged into %s", n, pgoChunk, cfg.PGO)
+		}
 	}
 	if prof != nil {
 		if _, err := prof.Stop(); err != nil {
