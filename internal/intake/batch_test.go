@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -261,5 +262,36 @@ func TestCompressedEntriesInReusedBuffersKeepEveryOccurrence(t *testing.T) {
 		if !proto.Equal(vs[0].ev, ev) {
 			t.Errorf("%s stored as %v, sent %v", uid, vs[0].ev, ev)
 		}
+	}
+}
+
+// TestCompressedEntryDecodesIntoABufferOfItsSize: an owner decompresses a
+// compressed entry into a pooled buffer sized to the entry (its power of
+// two), not one sized for the largest entry, and gets back exactly the
+// data that was compressed.
+func TestCompressedEntryDecodesIntoABufferOfItsSize(t *testing.T) {
+	for _, size := range []int{3 << 10, 40 << 10, maxBatchBytes - 1000} {
+		var data []byte
+		for i := 0; len(data) < size; i++ {
+			data = protowire.AppendBytes(data, []byte("an occurrence alike the others, number "+strconv.Itoa(i)))
+		}
+		m := &nats.Msg{Header: nats.Header{}, Data: append([]byte(nil), data...)}
+		if !compressBatch(m, 2) {
+			t.Fatalf("%d bytes: not compressed", len(data))
+		}
+		out, pooled, err := batchData(m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !pooled {
+			t.Errorf("%d bytes: decoded into memory of its own, want a pooled buffer", len(data))
+		}
+		if !bytes.Equal(out, data) {
+			t.Fatalf("%d bytes: decoded %d bytes that differ from what was compressed", len(data), len(out))
+		}
+		if cap(out) >= 2*len(data) {
+			t.Errorf("%d bytes decoded into a buffer of %d: want the entry's size class", len(data), cap(out))
+		}
+		putEntryBuf(out)
 	}
 }

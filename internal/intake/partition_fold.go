@@ -146,9 +146,9 @@ func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error 
 		idxs, err := parseIndexes(b)
 		var raws [][]byte
 		var data []byte
-		buf := batchBufs.Get().(*[]byte)
+		var pooled bool
 		if err == nil {
-			data, err = batchData(hdr, msg.Data(), (*buf)[:0])
+			data, pooled, err = batchData(hdr, msg.Data())
 		}
 		if err == nil {
 			raws, err = splitBatch(data, len(idxs))
@@ -177,11 +177,9 @@ func (pt *partition) fold(msg jetstream.Msg, meta *jetstream.MsgMetadata) error 
 			}
 		}
 		// The occurrences' writes and decisions alias data until the
-		// pipeline is done with them: it gives buf back after them.
-		if hdr.Get(HeaderEncoding) != "" {
-			pt.pipe.add(item{release: func() { putBatchBuf(buf, data) }})
-		} else {
-			batchBufs.Put(buf)
+		// pipeline is done with them: it gives data back after them.
+		if pooled {
+			pt.pipe.add(item{release: func() { putEntryBuf(data) }})
 		}
 		return nil
 	}
@@ -290,7 +288,8 @@ func (pt *partition) readEntry(ctx context.Context, seq uint64) ([][]byte, error
 	if err != nil {
 		return nil, err
 	}
-	data, err := batchData(m.Header, m.Data, nil)
+	// Not given back: the occurrences returned alias data.
+	data, _, err := batchData(m.Header, m.Data)
 	if err != nil {
 		return nil, err
 	}
