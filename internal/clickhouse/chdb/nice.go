@@ -29,12 +29,7 @@ func (e *Engine) reniceLoop(nice int, idle bool) {
 	t := time.NewTicker(reniceInterval)
 	defer t.Stop()
 	for {
-		if idle {
-			idleBackground()
-			restoreIdle()
-		} else {
-			reniceBackground(nice)
-		}
+		tendThreads(nice, idle)
 		select {
 		case <-e.done:
 			return
@@ -43,28 +38,26 @@ func (e *Engine) reniceLoop(nice int, idle bool) {
 	}
 }
 
-// reniceBackground raises the nice value of this process's background
-// engine threads to nice where it is lower, and returns how many threads
-// it changed.
-func reniceBackground(nice int) int {
-	return eachBackground(func(tid int) (bool, error) { return RaiseNice(tid, nice) })
-}
-
-// idleBackground puts this process's background engine threads under the
-// SCHED_IDLE policy where they are not already, and returns how many
-// threads it changed.
-func idleBackground() int { return eachBackground(SetIdle) }
-
-// eachBackground calls set on every background engine thread of this
-// process and returns how many it changed.
-func eachBackground(set func(tid int) (bool, error)) int {
-	n := 0
-	for _, tid := range backgroundThreads() {
-		if changed, err := set(tid); err == nil && changed {
-			n++
+// tendThreads is one look at every thread of this process: a background
+// engine thread goes under SCHED_IDLE when idle, else to nice; when idle,
+// any other thread found under SCHED_IDLE goes back to the normal policy
+// (restoreIdle). One pass, each thread's name read once: it runs every
+// second, and two passes through /proc (background threads, then idle
+// ones), each reading a file per thread with os.ReadFile, were 1% of the
+// gateway's CPU under a paced load.
+func tendThreads(nice int, idle bool) {
+	eachThread(func(tid int, name string) {
+		switch background := isBackground(name); {
+		case background && idle:
+			_, _ = SetIdle(tid)
+		case background:
+			_, _ = RaiseNice(tid, nice)
+		case idle:
+			if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy == unix.SCHED_IDLE {
+				_ = unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_NORMAL}, 0)
+			}
 		}
-	}
-	return n
+	})
 }
 
 // backgroundThreads lists the ids of this process's background engine
@@ -76,22 +69,46 @@ func backgroundThreads() []int {
 // threads lists the ids of this process's threads for which keep, given
 // a thread's id and name, returns true.
 func threads(keep func(tid int, name string) bool) []int {
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return nil
-	}
 	var tids []int
+	eachThread(func(tid int, name string) {
+		if keep(tid, name) {
+			tids = append(tids, tid)
+		}
+	})
+	return tids
+}
+
+// eachThread calls fn with the id and name of every thread of this
+// process. A thread that ends meanwhile is left out.
+func eachThread(fn func(tid int, name string)) {
+	dir, err := os.Open("/proc/self/task")
+	if err != nil {
+		return
+	}
+	tasks, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil {
+		return
+	}
+	var path []byte
+	var comm [64]byte // a thread's name is at most 15 bytes
 	for _, task := range tasks {
-		tid, err := strconv.Atoi(task.Name())
+		tid, err := strconv.Atoi(task)
 		if err != nil {
 			continue
 		}
-		comm, err := os.ReadFile("/proc/self/task/" + task.Name() + "/comm")
-		if err == nil && keep(tid, strings.TrimSpace(string(comm))) {
-			tids = append(tids, tid)
+		path = append(append(append(path[:0], "/proc/self/task/"...), task...), "/comm"...)
+		fd, err := unix.Open(string(path), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
 		}
+		n, err := unix.Read(fd, comm[:])
+		unix.Close(fd)
+		if err != nil || n <= 0 {
+			continue
+		}
+		fn(tid, strings.TrimSpace(string(comm[:n])))
 	}
-	return tids
 }
 
 // restoreIdle takes every thread of this process that is under SCHED_IDLE
