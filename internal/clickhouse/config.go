@@ -56,6 +56,13 @@ type Config struct {
 	// a thread that wakes takes it from them at once (default true in
 	// DefaultConfig). Ignored with a DSN.
 	BackgroundIdle bool `yaml:"backgroundIdle"`
+	// MergeThreads is how many merges the embedded engine runs at once
+	// (chdb.Options.MergeThreads): 0 means one for every two CPUs, at
+	// least one; -1 the engine's own (up to four). Each merge holds its
+	// own buffers: with one at a time on 2 CPUs the write phase's peak
+	// resident memory was 60–90 MiB lower, at the same throughput
+	// (BENCHMARKS.md, session 63). Ignored with a DSN.
+	MergeThreads int `yaml:"mergeThreads"`
 	// RollupInterval is how often closed hours are rolled up for analytics
 	// (rollup.go; default 1 minute in DefaultConfig, 0 = never: analytics
 	// then read the per-minute tables only).
@@ -96,6 +103,20 @@ const (
 	// this long (the dashboards' targets are 50-250 ms).
 	DefaultSlowRead = time.Second
 )
+
+// mergeThreads resolves Config.MergeThreads for chdb.Options: one for
+// every two of cpus (the CPUs the process may use: GOMAXPROCS, which
+// follows a container's limit), at least one, when n is 0; 0 (the engine's own) when
+// n is -1.
+func mergeThreads(n, cpus int) int {
+	switch {
+	case n < 0:
+		return 0
+	case n == 0:
+		return max(1, cpus/2)
+	}
+	return n
+}
 
 // DefaultConfig returns the defaults: embedded engine, database eventgate,
 // 90 days.
@@ -155,6 +176,9 @@ func (c Config) Validate() error {
 	}
 	if c.IngestNice < 0 || c.IngestNice > 19 {
 		errs = append(errs, fmt.Errorf("clickhouse ingest nice value must be between 0 (off) and 19, got %d", c.IngestNice))
+	}
+	if c.MergeThreads < -1 {
+		errs = append(errs, fmt.Errorf("clickhouse merge threads must be -1 (the engine's own), 0 (one for every two CPUs) or a count, got %d", c.MergeThreads))
 	}
 	if c.RollupInterval < 0 {
 		errs = append(errs, fmt.Errorf("clickhouse rollup interval must be 0 (off) or positive, got %v", c.RollupInterval))

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"time"
 
@@ -107,7 +108,8 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 // store on it; the store owns the engine.
 func openEmbedded(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 	e, err := chdb.Open(chdb.Options{LibPath: cfg.ChDBLib, DataDir: cfg.DataDir, PoolSize: cfg.PoolSize,
-		InsertNice: cfg.IngestNice, BackgroundNice: cfg.IngestNice, BackgroundIdle: cfg.BackgroundIdle})
+		InsertNice: cfg.IngestNice, BackgroundNice: cfg.IngestNice, BackgroundIdle: cfg.BackgroundIdle,
+		MergeThreads: mergeThreads(cfg.MergeThreads, runtime.GOMAXPROCS(0))})
 	if err != nil {
 		if errors.Is(err, chdb.ErrLibraryNotFound) {
 			return nil, fmt.Errorf("clickhouse: the embedded engine is not available: %w "+

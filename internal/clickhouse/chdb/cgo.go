@@ -42,9 +42,11 @@ type conn struct {
 // (async_load_databases off): loaded lazily, on the first statements that
 // need them, a table's load could fail with ASYNC_LOAD_WAIT_FAILED
 // ("recursive_mutex lock failed") when several statements waited for it at
-// once, and the table then stayed unusable in that process.
-func connect(dataDir string) (*conn, error) {
-	args := []string{"clickhouse", "--path=" + dataDir, "--async_load_databases=0"}
+// once, and the table then stayed unusable in that process. settings are
+// more server settings (serverArgs); they take effect when the engine
+// starts.
+func connect(dataDir string, settings []string) (*conn, error) {
+	args := append([]string{"clickhouse", "--path=" + dataDir, "--async_load_databases=0"}, settings...)
 	argv := C.malloc(C.size_t(len(args)) * C.size_t(unsafe.Sizeof(uintptr(0))))
 	defer C.free(argv)
 	av := unsafe.Slice((**C.char)(argv), len(args))

@@ -117,6 +117,14 @@ type Options struct {
 	// first. Every wake-up on the serving path would otherwise wait up to
 	// a slice behind a merge. Lowering a policy needs no privilege.
 	BackgroundIdle bool
+	// MergeThreads, when above 0, is how many merges the engine runs at
+	// once: its background pool's threads (background_pool_size), one merge
+	// each (background_merges_mutations_concurrency_ratio 1). Otherwise the
+	// engine's defaults: two threads, two merges each. Every merge holds
+	// its own buffers, so fewer at once bound the engine's memory; on a
+	// machine of few CPUs the merges, which yield the CPU to everything
+	// else (BackgroundIdle), run no faster side by side.
+	MergeThreads int
 }
 
 // Result is the outcome of one statement.
@@ -219,7 +227,7 @@ func Open(opts Options) (*Engine, error) {
 
 	conns := make([]*conn, 0, size)
 	for i := 0; i < size; i++ {
-		c, err := connect(dataDir)
+		c, err := connect(dataDir, serverArgs(opts))
 		if err != nil {
 			for _, c := range conns {
 				c.close()
@@ -451,6 +459,18 @@ func (e *Engine) insertFrom(ctx context.Context, table string, columns []string,
 	}
 	params["eg_path"], params["eg_format"] = StringParam(path), StringParam(format)
 	return e.Do(ctx, sb.String(), params, "")
+}
+
+// serverArgs are the engine's server settings opts asks for, as arguments of
+// its start.
+func serverArgs(opts Options) []string {
+	if opts.MergeThreads <= 0 {
+		return nil
+	}
+	return []string{
+		"--background_pool_size=" + strconv.Itoa(opts.MergeThreads),
+		"--background_merges_mutations_concurrency_ratio=1",
+	}
 }
 
 // Close closes every connection, waiting for statements in flight. Close

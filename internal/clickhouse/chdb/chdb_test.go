@@ -485,3 +485,42 @@ func TestAllocatorConfigurationLeavesTheOperatorsOwn(t *testing.T) {
 		t.Errorf("%s = %q without one set, want %q", MallocConfEnv, got, DefaultMallocConf)
 	}
 }
+
+// Options.MergeThreads sets the engine's merge pool when it starts: that
+// many threads, one merge each.
+func TestMergeThreadsSetTheMergePool(t *testing.T) {
+	e := engine(t)
+	ctx := context.Background()
+	setting := func(e *Engine, name string) string {
+		t.Helper()
+		out, err := e.QueryParams(ctx, "SELECT value FROM system.server_settings WHERE name = {n:String}", map[string]string{"n": StringParam(name)}, "TSV")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	defaultPool := setting(e, "background_pool_size")
+	t.Logf("the engine's own background_pool_size: %s, concurrency ratio %s", defaultPool, setting(e, "background_merges_mutations_concurrency_ratio"))
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever happens below, the other tests get the shared engine back
+	// with the default options.
+	defer func() {
+		if testEngine != nil {
+			testEngine.Close()
+		}
+		testEngine, testOpenErr = Open(Options{DataDir: testDataDir})
+		if got := setting(engine(t), "background_pool_size"); got != defaultPool {
+			t.Errorf("background_pool_size after reopening with the defaults = %s, want %s", got, defaultPool)
+		}
+	}()
+	testEngine, testOpenErr = Open(Options{DataDir: testDataDir, MergeThreads: 1})
+	e = engine(t)
+	if got := setting(e, "background_pool_size"); got != "1" {
+		t.Errorf("background_pool_size = %s, want 1 (the engine's default is %s)", got, defaultPool)
+	}
+	if got := setting(e, "background_merges_mutations_concurrency_ratio"); got != "1" {
+		t.Errorf("background_merges_mutations_concurrency_ratio = %s, want 1", got)
+	}
+}
